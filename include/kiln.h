@@ -1,0 +1,170 @@
+/*
+ * kiln.h — the public C API of kiln, an LLM inference engine.
+ *
+ * The path of one token:
+ *   kiln_model_open(path)          map + parse the GGUF, bind tensors, load the tokenizer
+ *   kiln_session_open(model, opt)  allocate, prepare weights, load kernels, warm; nothing lazy is left
+ *   kiln_prefill(s, ids, n)        logits of the last position
+ *   kiln_decode(s, id)             logits of the next position
+ *   kiln_sample(sampler, logits)   the next id
+ *
+ * Every function that can fail returns a kiln_status; on failure kiln_last_error() names what was wrong
+ * (file, field, byte offset where it applies). The library never exits the process and a failed call
+ * leaves no partial state behind (output handles stay NULL).
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_STRING "0.1.0"
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_IO = 1,            /* a file could not be opened, mapped, read or written */
+    KILN_ERR_FORMAT = 2,        /* a file is malformed (bad magic, out-of-range field, ...) */
+    KILN_ERR_UNSUPPORTED = 3,   /* well-formed but not supported (architecture, type, ...) */
+    KILN_ERR_INVALID_ARG = 4,   /* a caller's argument or option is out of range */
+    KILN_ERR_NOMEM = 5,         /* an allocation failed */
+    KILN_ERR_CONTEXT_FULL = 6,  /* the request does not fit the session's context */
+    KILN_ERR_DEVICE = 7,        /* the GPU or its driver failed */
+    KILN_ERR_INTERNAL = 8,
+} kiln_status;
+
+/* Short name of a status ("ok", "io", "format", ...). Never NULL. */
+const char *kiln_status_name(kiln_status st);
+
+/* The message of the last failure on this thread ("" when none). Valid until the next failing call. */
+const char *kiln_last_error(void);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct kiln_model kiln_model;
+
+/* Opens a GGUF model: maps the file, parses it, binds every tensor of the architecture and loads the
+ * tokenizer. On failure *out is NULL. */
+kiln_status kiln_model_open(const char *path, kiln_model **out);
+void kiln_model_close(kiln_model *m);
+
+typedef struct kiln_model_info {
+    const char *arch;        /* "llama", ... */
+    const char *name;        /* general.name or "" */
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim;
+    uint64_t n_params, file_bytes;
+    int32_t bos_id, eos_id;  /* -1 when absent */
+    bool add_bos;
+} kiln_model_info;
+
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+enum {
+    KILN_TOK_ADD_BOS = 1,       /* prepend BOS when the vocabulary asks for it */
+    KILN_TOK_PARSE_SPECIAL = 2, /* split on special-token strings (chat templates); plain text never yields them */
+};
+
+/* Tokenizes text (len bytes, not necessarily NUL-terminated). Writes at most cap ids; *n_out receives the
+ * total count (which may exceed cap: then KILN_ERR_INVALID_ARG and the caller retries with more room). */
+kiln_status kiln_tokenize(const kiln_model *m, const char *text, size_t len, int flags,
+                          int32_t *ids, size_t cap, size_t *n_out);
+
+/* The raw piece of a token as the decoder would print it in isolation (may be a partial UTF-8 sequence). */
+kiln_status kiln_token_piece(const kiln_model *m, int32_t id, char *buf, size_t cap, size_t *n_out);
+
+/* Streaming detokenizer: feed ids, get bytes that form complete UTF-8 characters. */
+typedef struct kiln_detok {
+    const kiln_model *model;
+    uint8_t pending[8];
+    int n_pending;
+    bool at_start;      /* strip the SPM dummy-prefix space of the first piece */
+} kiln_detok;
+void kiln_detok_init(kiln_detok *d, const kiln_model *m, bool strip_leading_space);
+/* Appends the text of id to buf (cap bytes); returns the number of bytes written (complete chars only). */
+size_t kiln_detok_push(kiln_detok *d, int32_t id, char *buf, size_t cap);
+/* Flushes whatever is pending (invalid UTF-8 is replaced by U+FFFD). */
+size_t kiln_detok_flush(kiln_detok *d, char *buf, size_t cap);
+
+bool kiln_token_is_eog(const kiln_model *m, int32_t id);
+
+/* ---------------------------------------------------------------- session */
+
+typedef enum kiln_device { KILN_DEVICE_AUTO = 0, KILN_DEVICE_CPU = 1, KILN_DEVICE_CUDA = 2 } kiln_device;
+
+typedef struct kiln_session_options {
+    int n_ctx;        /* 0: min(model context, 4096) */
+    int n_threads;    /* 0: number of online cores */
+    int max_batch;    /* largest prefill chunk; 0: n_ctx (capped at 512) */
+    kiln_device device;
+    bool no_warm;     /* skip the warm pass (for measuring what it buys; never the default) */
+} kiln_session_options;
+
+typedef struct kiln_session kiln_session;
+
+/* Opens a session: picks the backend, allocates and touches every buffer for n_ctx, prepares the weights,
+ * loads every kernel, runs a warm pass over prefill and decode, then resets KV cache and counters. */
+kiln_status kiln_session_open(kiln_model *m, const kiln_session_options *opt, kiln_session **out);
+void kiln_session_close(kiln_session *s);
+
+/* Runs n prompt tokens (all in one call, chunked by max_batch); *logits receives the last position's
+ * logits (n_vocab floats, valid until the next call). Fails with KILN_ERR_CONTEXT_FULL when the tokens do
+ * not fit the remaining context; then nothing is changed. */
+kiln_status kiln_prefill(kiln_session *s, const int32_t *ids, size_t n, const float **logits);
+/* Runs one token at the next position. */
+kiln_status kiln_decode(kiln_session *s, int32_t id, const float **logits);
+/* Forgets every position (the KV cache is reused, nothing is freed). */
+void kiln_session_reset(kiln_session *s);
+int kiln_session_n_past(const kiln_session *s);
+int kiln_session_n_ctx(const kiln_session *s);
+const char *kiln_session_backend(const kiln_session *s);
+
+/* Counters since the end of kiln_session_open (the first-call contract: all stay 0). */
+typedef struct kiln_stats {
+    uint64_t host_allocs;      /* heap allocations by kiln */
+    uint64_t device_allocs;    /* device memory allocations */
+    uint64_t module_loads;     /* GPU module / kernel loads */
+    uint64_t graph_captures;   /* graph captures or instantiations */
+    uint64_t jit_compiles;     /* runtime compilations */
+    uint64_t tokens_prefilled, tokens_decoded;
+} kiln_stats;
+void kiln_session_stats(const kiln_session *s, kiln_stats *out);
+
+/* Named phases measured once each (open.map, open.parse, ..., prefill, decode). */
+typedef struct kiln_phase { const char *name; uint64_t ns; } kiln_phase;
+/* The open phases of the model and the session, in order; valid while the session lives. */
+size_t kiln_session_open_phases(const kiln_session *s, const kiln_phase **out);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct kiln_sampler_params {
+    float temperature;     /* <= 0: greedy */
+    int top_k;             /* <= 0: off */
+    float top_p;           /* >= 1: off */
+    float min_p;           /* <= 0: off */
+    float repeat_penalty;  /* 1: off */
+    int repeat_last_n;     /* window of the repetition penalty */
+    uint64_t seed;
+} kiln_sampler_params;
+
+/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 over 64. */
+kiln_sampler_params kiln_sampler_defaults(void);
+
+typedef struct kiln_sampler kiln_sampler;
+kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out);
+void kiln_sampler_close(kiln_sampler *s);
+/* Picks the next id from logits (n_vocab floats); does not allocate. */
+int32_t kiln_sample(kiln_sampler *s, const float *logits);
+/* Records an id in the repetition window (prompt and generated tokens). */
+void kiln_sampler_accept(kiln_sampler *s, int32_t id);
+void kiln_sampler_reset(kiln_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

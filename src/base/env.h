@@ -1,0 +1,21 @@
+/*
+ * env.h — the registry of KILN_* environment knobs. This is the one place that reads the environment.
+ *   KILN_LOG      error|warn|info|debug (default warn)
+ *   KILN_THREADS  default thread count (default: online cores)
+ *   KILN_SHARED   the shared test-data folder (tests only; default ../shared)
+ *   KILN_NO_SIMD  1: use the scalar reference kernels everywhere
+ */
+#ifndef KILN_BASE_ENV_H
+#define KILN_BASE_ENV_H
+
+#include <stdbool.h>
+
+int kiln_env_log_level(void);
+int kiln_env_threads(void);          /* 0 when unset */
+const char *kiln_env_shared(void);   /* never NULL */
+bool kiln_env_no_simd(void);
+
+/* Prints every knob with its current value (for `kiln info`). */
+void kiln_env_print(void);
+
+#endif

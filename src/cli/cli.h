@@ -1,0 +1,34 @@
+/* cli.h — the subcommands of the `kiln` command line and small helpers they share. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "kiln.h"
+
+/* Each subcommand: argv[0] is the subcommand's name. Returns the process exit code. */
+int cmd_inspect(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* Prints "kiln CMD: message" to stderr and returns 1 (usage errors return 2 through cli_usage_error). */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Parses a whole decimal/float argument; false (and an error printed) when malformed or out of range. */
+bool cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
+bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+/* True when argv[i] is opt and a value follows; advances *i. Prints an error when the value is missing. */
+bool cli_opt(int argc, char **argv, int *i, const char *opt, const char **val, bool *err);
+/* Writes s as a JSON string literal (with quotes). */
+void cli_json_str(FILE *f, const char *s, size_t len);
+/* Reads a whole file (for -f); malloc'd, NUL-terminated. NULL and an error printed on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+#endif

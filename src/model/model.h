@@ -1,0 +1,55 @@
+/*
+ * model.h — a llama-family model bound to the tensors of a mapped GGUF file.
+ * The model knows its hyperparameters and where every weight lives; it knows nothing of backends.
+ */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "base/timing.h"
+
+#define KILN_MAX_LAYERS 512
+
+/* A weight: a view into the map. ne[0] is the row length (input dim), ne[1] the number of rows. */
+typedef struct kiln_weight {
+    const void *data;
+    uint32_t type;      /* kiln_type */
+    uint64_t ne[2];
+    uint64_t nbytes;
+    const char *name;   /* points into the gguf map? no: a NUL-terminated copy owned by the model */
+} kiln_weight;
+
+typedef struct kiln_layer {
+    kiln_weight attn_norm, wq, wk, wv, wo;
+    kiln_weight bq, bk, bv;           /* qwen2: biases (data NULL when absent) */
+    kiln_weight q_norm, k_norm;       /* qwen3: per-head RMSNorm (data NULL when absent) */
+    kiln_weight ffn_norm, w_gate, w_up, w_down;
+} kiln_layer;
+
+typedef struct kiln_hparams {
+    char arch[32];
+    int n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int head_dim;       /* n_embd / n_head unless the file says otherwise */
+    int n_rot;          /* rope.dimension_count */
+    float rms_eps, rope_base;
+    bool rope_neox;     /* false: llama's adjacent pairs; true: halves (qwen2/qwen3) */
+    bool has_qkv_bias, has_qk_norm;
+} kiln_hparams;
+
+struct kiln_model {
+    gguf_file *file;
+    kiln_hparams hp;
+    kiln_weight tok_embd, output_norm, output;
+    bool tied_output;
+    kiln_layer *layers;
+    kiln_tokenizer *tok;
+    kiln_phases phases;     /* open.map, open.parse, open.model, open.tokenizer */
+    char name[128];
+};
+
+#endif
