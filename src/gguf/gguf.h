@@ -44,7 +44,8 @@ typedef struct gguf_arr {
     gguf_vtype elem;
     uint64_t n;
     const uint8_t *data;        /* first element's encoding in the map */
-    const uint64_t *offsets;    /* strings/arrays: byte offset of element i from data (index built at open) */
+    const uint64_t *offsets;    /* strings/arrays: byte offset of element i from data (index built at open);
+                                 * arrays of arrays keep internal entries after the first n: use gguf_arr_sub */
 } gguf_arr;
 
 typedef struct gguf_value {
@@ -116,6 +117,7 @@ kiln_status gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
 kiln_status gguf_get_f32(const gguf_file *f, const char *key, float *out);
 kiln_status gguf_get_bool(const gguf_file *f, const char *key, bool *out);
 kiln_status gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
+/* gguf_get_arr: elem == GGUF_VT_COUNT accepts an array of any element type. */
 kiln_status gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype elem, gguf_arr *out);
 
 /* True when s equals the C string c. */
