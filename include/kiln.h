@@ -118,6 +118,9 @@ void kiln_session_close(kiln_session *s);
 kiln_status kiln_prefill(kiln_session *s, const int32_t *ids, size_t n, const float **logits);
 /* Runs one token at the next position. */
 kiln_status kiln_decode(kiln_session *s, int32_t id, const float **logits);
+/* Greedy decode: runs one token and returns the argmax of its logits (lowest id on ties) without
+ * copying the logits (on a GPU only 4 bytes come back). */
+kiln_status kiln_decode_greedy(kiln_session *s, int32_t id, int32_t *next);
 /* Forgets every position (the KV cache is reused, nothing is freed). */
 void kiln_session_reset(kiln_session *s);
 int kiln_session_n_past(const kiln_session *s);

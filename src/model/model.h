@@ -21,7 +21,7 @@ typedef struct kiln_weight {
     uint32_t type;      /* kiln_type */
     uint64_t ne[2];
     uint64_t nbytes;
-    const char *name;   /* points into the gguf map? no: a NUL-terminated copy owned by the model */
+    char name[64];      /* the tensor's name, for messages */
 } kiln_weight;
 
 typedef struct kiln_layer {
@@ -51,5 +51,8 @@ struct kiln_model {
     kiln_phases phases;     /* open.map, open.parse, open.model, open.tokenizer */
     char name[128];
 };
+
+/* The tokenizer of a model (for the tokenizer layer's public wrappers). */
+static inline const kiln_tokenizer *kiln_model_tokenizer(const kiln_model *m) { return m->tok; }
 
 #endif

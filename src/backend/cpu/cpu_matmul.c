@@ -1,0 +1,64 @@
+/* cpu_matmul.c — quantized matrix x activation products on the thread pool. */
+#include "backend/cpu/cpu_matmul.h"
+
+#include <string.h>
+
+#include "base/error.h"
+#include "formats/formats.h"
+
+size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
+    const kiln_type_info *t = kiln_type_get(type);
+    KILN_ASSERT(t);
+    size_t row = kiln_row_bytes(t->vec_dot_type, (uint64_t)n);
+    return row * (size_t)B;
+}
+
+typedef struct matmul_job {
+    const kiln_weight *W;
+    const kiln_type_info *ti;
+    const float *x;
+    const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
+    size_t qrow, wrow;
+    int B, n, rows;
+    float *out;
+} matmul_job;
+
+static void convert_rows(void *ctx, int ith, int nth) {
+    matmul_job *j = ctx;
+    const kiln_type_info *vt = kiln_type_get(j->ti->vec_dot_type);
+    int lo, hi;
+    kiln_split(j->B, ith, nth, &lo, &hi);
+    for (int b = lo; b < hi; b++)
+        vt->from_float(j->x + (size_t)b * j->n, (uint8_t *)j->qx + (size_t)b * j->qrow, j->n);
+}
+
+static void dot_rows(void *ctx, int ith, int nth) {
+    matmul_job *j = ctx;
+    int lo, hi;
+    kiln_split(j->rows, ith, nth, &lo, &hi);
+    const uint8_t *w = (const uint8_t *)j->W->data;
+    kiln_vec_dot_fn dot = j->ti->vec_dot_fast ? j->ti->vec_dot_fast : j->ti->vec_dot;
+    for (int r = lo; r < hi; r++) {
+        const uint8_t *wr = w + (size_t)r * j->wrow;
+        for (int b = 0; b < j->B; b++)
+            dot(j->n, &j->out[(size_t)b * j->rows + r], wr, j->qx + (size_t)b * j->qrow);
+    }
+}
+
+void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {
+    const kiln_type_info *ti = kiln_type_get(W->type);
+    KILN_ASSERT(ti && ti->vec_dot);
+    matmul_job j = {
+        .W = W, .ti = ti, .x = x, .B = B, .n = (int)W->ne[0], .rows = (int)W->ne[1], .out = out,
+        .wrow = kiln_row_bytes(W->type, W->ne[0]),
+        .qrow = kiln_row_bytes(ti->vec_dot_type, W->ne[0]),
+    };
+    if (ti->vec_dot_type == KILN_TYPE_F32) {
+        j.qx = (const uint8_t *)x;
+    } else {
+        j.qx = scratch;
+        if (B > 1) kiln_pool_run(pool, convert_rows, &j);
+        else convert_rows(&j, 0, 1);
+    }
+    kiln_pool_run(pool, dot_rows, &j);
+}

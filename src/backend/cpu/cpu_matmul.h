@@ -1,0 +1,20 @@
+/*
+ * cpu_matmul.h — out (B, rows) = x (B, in) @ W^T for a weight of any supported type: the activation rows
+ * are converted once to the weight's vec_dot type, then the thread pool splits the weight rows and each
+ * (row, input) pair is one vec_dot_fast call.
+ */
+#ifndef KILN_CPU_MATMUL_H
+#define KILN_CPU_MATMUL_H
+
+#include <stddef.h>
+
+#include "base/pool.h"
+#include "model/model.h"
+
+/* Bytes of scratch needed to hold B activation rows of length n converted for weight type `type`. */
+size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B);
+
+/* out[b*rows + r] = dot(W row r, x[b]) for b < B, r < rows = W->ne[1]. scratch: cpu_matmul_scratch_bytes. */
+void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch);
+
+#endif

@@ -1,0 +1,62 @@
+/* cpu_ops.c — RMSNorm, RoPE, softmax, SwiGLU, residual add and argmax for the CPU backend. */
+#include "backend/cpu/cpu_ops.h"
+
+#include <math.h>
+
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base) {
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    const int half = n_rot / 2;
+    for (int p = 0; p < n_ctx; p++) {
+        float theta = (float)p;
+        for (int i = 0; i < half; i++) {
+            cos_t[(int64_t)p * half + i] = cosf(theta);
+            sin_t[(int64_t)p * half + i] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+}
+
+void cpu_rope_head(float *x, const float *cos_t, const float *sin_t, int n_rot, bool neox) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+}
+
+void cpu_softmax(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_swiglu(float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void cpu_add(float *y, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += x[i];
+}
+
+int32_t cpu_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}

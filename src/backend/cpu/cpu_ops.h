@@ -1,0 +1,34 @@
+/*
+ * cpu_ops.h — the element-wise and per-row kernels of the CPU forward pass (scalar C; they are a small
+ * fraction of the time next to the matrix products in cpu_matmul.c).
+ */
+#ifndef KILN_CPU_OPS_H
+#define KILN_CPU_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* y (n,) = x * 1/sqrt(mean(x^2) + eps) * w   (sum of squares in double, like ggml) */
+void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+
+/* Rotates one head (head_dim values) in place for position pos, using the tables cos/sin of that
+ * position (n_rot/2 entries). neox: pairs (i, i + n_rot/2); llama: adjacent pairs (2i, 2i+1). */
+void cpu_rope_head(float *x, const float *cos_t, const float *sin_t, int n_rot, bool neox);
+
+/* Fills cos/sin tables (n_ctx, n_rot/2) the way ggml computes theta: theta_p,i = p * base^(-2i/n_rot) with
+ * the scale applied by repeated float multiplication. */
+void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base);
+
+/* In-place softmax over n values. */
+void cpu_softmax(float *x, int n);
+
+/* g (n,) = silu(g) * u */
+void cpu_swiglu(float *g, const float *u, int n);
+
+/* y += x  (n,) */
+void cpu_add(float *y, const float *x, int n);
+
+/* Index of the largest value (lowest index on ties). */
+int32_t cpu_argmax(const float *x, int n);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * model.c — kiln_model_open: map and parse the GGUF, read the hyperparameters of a llama-family
+ * architecture (llama, qwen2, qwen3), bind every tensor by name with its expected shape, load the
+ * tokenizer. Everything is a view into the map; nothing here knows about backends.
+ */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "formats/formats.h"
+
+/* Hard caps on hyperparameters read from a file. */
+#define MAX_EMBD (1 << 16)
+#define MAX_HEADS 1024
+#define MAX_FF (1 << 20)
+#define MAX_VOCAB (1 << 22)
+#define MAX_CTX (1 << 24)
+
+typedef struct arch_desc {
+    const char *name;
+    bool rope_neox, qkv_bias, qk_norm;
+} arch_desc;
+
+static const arch_desc archs[] = {
+    {"llama", false, false, false},
+    {"qwen2", true, true, false},
+    {"qwen3", true, false, true},
+};
+
+/* Reads "<arch>.<suffix>" as a u32 within [lo, hi]; def >= 0 is used when the key is absent. */
+static kiln_status read_hparam(const gguf_file *f, const char *arch, const char *suffix, long def,
+                               long lo, long hi, int *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!gguf_find(f, key)) {
+        if (def < 0) return kiln_fail(KILN_ERR_FORMAT, "missing hyperparameter '%s'", key);
+        *out = (int)def;
+        return KILN_OK;
+    }
+    int64_t v;
+    KILN_TRY(gguf_get_i64(f, key, &v));
+    if (v < lo || v > hi)
+        return kiln_fail(KILN_ERR_FORMAT, "hyperparameter '%s' = %lld is out of range %ld..%ld", key, (long long)v, lo, hi);
+    *out = (int)v;
+    return KILN_OK;
+}
+
+static kiln_status read_hparam_f32(const gguf_file *f, const char *arch, const char *suffix, float def, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!gguf_find(f, key)) { *out = def; return KILN_OK; }
+    KILN_TRY(gguf_get_f32(f, key, out));
+    if (!(*out > 0.0f) || *out > 1e12f)
+        return kiln_fail(KILN_ERR_FORMAT, "hyperparameter '%s' = %g is out of range", key, (double)*out);
+    return KILN_OK;
+}
+
+static kiln_status read_hparams(const gguf_file *f, kiln_hparams *hp, const arch_desc **desc) {
+    gguf_str arch;
+    KILN_TRY(gguf_get_str(f, "general.architecture", &arch));
+    *desc = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (gguf_str_eq(arch, archs[i].name)) *desc = &archs[i];
+    if (!*desc)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (llama, qwen2, qwen3 are)",
+                         (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    const char *a = (*desc)->name;
+    snprintf(hp->arch, sizeof hp->arch, "%s", a);
+    KILN_TRY(read_hparam(f, a, "block_count", -1, 1, KILN_MAX_LAYERS, &hp->n_layer));
+    KILN_TRY(read_hparam(f, a, "context_length", 2048, 1, MAX_CTX, &hp->n_ctx_train));
+    KILN_TRY(read_hparam(f, a, "embedding_length", -1, 1, MAX_EMBD, &hp->n_embd));
+    KILN_TRY(read_hparam(f, a, "feed_forward_length", -1, 1, MAX_FF, &hp->n_ff));
+    KILN_TRY(read_hparam(f, a, "attention.head_count", -1, 1, MAX_HEADS, &hp->n_head));
+    KILN_TRY(read_hparam(f, a, "attention.head_count_kv", hp->n_head, 1, MAX_HEADS, &hp->n_head_kv));
+    if (hp->n_head % hp->n_head_kv)
+        return kiln_fail(KILN_ERR_FORMAT, "%s.attention.head_count %d is not a multiple of head_count_kv %d", a,
+                         hp->n_head, hp->n_head_kv);
+    int def_hd = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;
+    KILN_TRY(read_hparam(f, a, "attention.key_length", def_hd, 2, 1024, &hp->head_dim));
+    int vlen;
+    KILN_TRY(read_hparam(f, a, "attention.value_length", hp->head_dim, 2, 1024, &vlen));
+    if (vlen != hp->head_dim)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "%s.attention.value_length %d != key_length %d", a, vlen, hp->head_dim);
+    if (hp->head_dim % 2) return kiln_fail(KILN_ERR_FORMAT, "%s: head dimension %d is odd", a, hp->head_dim);
+    KILN_TRY(read_hparam(f, a, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->n_rot));
+    if (hp->n_rot % 2) return kiln_fail(KILN_ERR_FORMAT, "%s.rope.dimension_count %d is odd", a, hp->n_rot);
+    KILN_TRY(read_hparam_f32(f, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps));
+    KILN_TRY(read_hparam_f32(f, a, "rope.freq_base", 10000.0f, &hp->rope_base));
+    hp->rope_neox = (*desc)->rope_neox;
+    hp->has_qkv_bias = (*desc)->qkv_bias;
+    hp->has_qk_norm = (*desc)->qk_norm;
+    return KILN_OK;
+}
+
+/* Binds tensor `name` expecting shape (ne0, ne1) (ne1 == 0: a 1-D tensor of ne0). */
+static kiln_status bind(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, bool optional,
+                        kiln_weight *w) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        if (optional) return KILN_OK;
+        if (ne1) return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape [%llu, %llu])", name,
+                                  (unsigned long long)ne0, (unsigned long long)ne1);
+        return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape [%llu])", name, (unsigned long long)ne0);
+    }
+    uint64_t want1 = ne1 ? ne1 : 1;
+    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1;
+    if (!ok) {
+        if (ne1)
+            return kiln_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+                             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                             (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+        return kiln_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu]", name,
+                         (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                         (unsigned long long)t->ne[3], (unsigned long long)ne0);
+    }
+    const kiln_type_info *ti = kiln_type_get(t->type);
+    if (!ti || !ti->to_float || !ti->vec_dot)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot compute with", name,
+                         ti ? ti->name : "unknown");
+    if (!ne1 && t->type != KILN_TYPE_F32)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' (1-D) has type %s; kiln expects f32", name, ti->name);
+    w->data = t->data;
+    w->type = t->type;
+    w->ne[0] = ne0;
+    w->ne[1] = want1;
+    w->nbytes = t->nbytes;
+    return KILN_OK;
+}
+
+static kiln_status bind_layer(const gguf_file *f, const kiln_hparams *hp, int il, kiln_layer *L) {
+    char n[64];
+    const uint64_t e = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
+                   kvd = (uint64_t)hp->n_head_kv * hp->head_dim, ff = (uint64_t)hp->n_ff;
+#define B(suffix, a, b, opt, dst) \
+    snprintf(n, sizeof n, "blk.%d." suffix, il); KILN_TRY(bind(f, n, a, b, opt, dst))
+    B("attn_norm.weight", e, 0, false, &L->attn_norm);
+    B("attn_q.weight", e, qd, false, &L->wq);
+    B("attn_k.weight", e, kvd, false, &L->wk);
+    B("attn_v.weight", e, kvd, false, &L->wv);
+    B("attn_output.weight", qd, e, false, &L->wo);
+    B("attn_q.bias", qd, 0, !hp->has_qkv_bias, &L->bq);
+    B("attn_k.bias", kvd, 0, !hp->has_qkv_bias, &L->bk);
+    B("attn_v.bias", kvd, 0, !hp->has_qkv_bias, &L->bv);
+    B("attn_q_norm.weight", (uint64_t)hp->head_dim, 0, !hp->has_qk_norm, &L->q_norm);
+    B("attn_k_norm.weight", (uint64_t)hp->head_dim, 0, !hp->has_qk_norm, &L->k_norm);
+    B("ffn_norm.weight", e, 0, false, &L->ffn_norm);
+    B("ffn_gate.weight", e, ff, false, &L->w_gate);
+    B("ffn_up.weight", e, ff, false, &L->w_up);
+    B("ffn_down.weight", ff, e, false, &L->w_down);
+#undef B
+    return KILN_OK;
+}
+
+static kiln_status bind_model(kiln_model *m) {
+    const gguf_file *f = m->file;
+    kiln_hparams *hp = &m->hp;
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) return kiln_fail(KILN_ERR_FORMAT, "missing tensor 'token_embd.weight' (expected shape [%d, n_vocab])", hp->n_embd);
+    if (te->ne[1] < 1 || te->ne[1] > MAX_VOCAB)
+        return kiln_fail(KILN_ERR_FORMAT, "tensor 'token_embd.weight' has %llu rows (vocabulary size out of range)",
+                         (unsigned long long)te->ne[1]);
+    hp->n_vocab = (int)te->ne[1];
+    KILN_TRY(bind(f, "token_embd.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, false, &m->tok_embd));
+    KILN_TRY(bind(f, "output_norm.weight", (uint64_t)hp->n_embd, 0, false, &m->output_norm));
+    KILN_TRY(bind(f, "output.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, true, &m->output));
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->tied_output = true;
+    }
+    m->layers = kiln_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory for %d layers", hp->n_layer);
+    for (int il = 0; il < hp->n_layer; il++) KILN_TRY(bind_layer(f, hp, il, &m->layers[il]));
+    return KILN_OK;
+}
+
+kiln_status kiln_model_open(const char *path, kiln_model **out) {
+    *out = NULL;
+    if (!path) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path is NULL");
+    kiln_model *m = kiln_calloc(1, sizeof *m);
+    if (!m) return kiln_fail(KILN_ERR_NOMEM, "kiln_model_open: out of memory");
+    kiln_status st = gguf_open(path, &m->file);
+    if (st != KILN_OK) { kiln_free(m); return st; }
+    uint64_t map_ns, parse_ns;
+    gguf_open_ns(m->file, &map_ns, &parse_ns);
+    kiln_phases_add(&m->phases, "open.map", map_ns);
+    kiln_phases_add(&m->phases, "open.parse", parse_ns);
+
+    uint64_t t0 = kiln_now_ns();
+    const arch_desc *desc;
+    st = read_hparams(m->file, &m->hp, &desc);
+    if (st == KILN_OK) st = bind_model(m);
+    if (st != KILN_OK) {
+        kiln_fail_prefix(st, "%s: ", path);
+        kiln_model_close(m);
+        return st;
+    }
+    gguf_str name;
+    if (gguf_find(m->file, "general.name") && gguf_get_str(m->file, "general.name", &name) == KILN_OK)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(name.len > 127 ? 127 : name.len), name.ptr);
+    kiln_phases_add(&m->phases, "open.model", kiln_now_ns() - t0);
+
+    t0 = kiln_now_ns();
+    st = kiln_tokenizer_open(m->file, &m->tok);
+    if (st != KILN_OK) {
+        kiln_fail_prefix(st, "%s: tokenizer: ", path);
+        kiln_model_close(m);
+        return st;
+    }
+    if (kiln_tokenizer_n_vocab(m->tok) > m->hp.n_vocab)
+        KILN_WARN("%s: the tokenizer has %d tokens but token_embd.weight only %d rows", path,
+                  kiln_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+    kiln_phases_add(&m->phases, "open.tokenizer", kiln_now_ns() - t0);
+    *out = m;
+    return KILN_OK;
+}
+
+void kiln_model_close(kiln_model *m) {
+    if (!m) return;
+    kiln_tokenizer_close(m->tok);
+    kiln_free(m->layers);
+    gguf_close(m->file);
+    kiln_free(m);
+}
+
+void kiln_model_get_info(const kiln_model *m, kiln_model_info *out) {
+    memset(out, 0, sizeof *out);
+    const kiln_hparams *hp = &m->hp;
+    out->arch = hp->arch;
+    out->name = m->name;
+    out->n_vocab = hp->n_vocab;
+    out->n_ctx_train = hp->n_ctx_train;
+    out->n_embd = hp->n_embd;
+    out->n_layer = hp->n_layer;
+    out->n_head = hp->n_head;
+    out->n_head_kv = hp->n_head_kv;
+    out->n_ff = hp->n_ff;
+    out->head_dim = hp->head_dim;
+    out->file_bytes = gguf_file_size(m->file);
+    uint64_t params = 0;
+    for (size_t i = 0; i < gguf_n_tensors(m->file); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->file, i);
+        params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    out->n_params = params;
+    out->bos_id = m->tok ? kiln_tokenizer_bos(m->tok) : -1;
+    out->eos_id = m->tok ? kiln_tokenizer_eos(m->tok) : -1;
+    out->add_bos = m->tok ? kiln_tokenizer_add_bos(m->tok) : false;
+}
