@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "formats/formats.h"
@@ -118,4 +119,115 @@ TEST(gguf_facts_gpt2_vocab) {
     CHECK(gguf_str_eq(last, "<|endoftext|>"));
     CHECK_EQ_INT(gguf_n_tensors(f), 0);
     gguf_close(f);
+}
+
+/* ---- write → read round trip ---- */
+
+/* Deep comparison of two values read from files (nested arrays included). */
+static bool arr_equal(const gguf_arr *a, const gguf_arr *b);
+static bool value_equal(const gguf_value *a, const gguf_value *b) {
+    if (a->type != b->type) return false;
+    switch (a->type) {
+    case GGUF_VT_STRING: return a->v.str.len == b->v.str.len && !memcmp(a->v.str.ptr, b->v.str.ptr, a->v.str.len);
+    case GGUF_VT_ARRAY: return arr_equal(&a->v.arr, &b->v.arr);
+    case GGUF_VT_F32: case GGUF_VT_F64: return !memcmp(&a->v.f, &b->v.f, sizeof(double));
+    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64: return a->v.i == b->v.i;
+    default: return a->v.u == b->v.u;
+    }
+}
+static bool arr_equal(const gguf_arr *a, const gguf_arr *b) {
+    if (a->elem != b->elem || a->n != b->n) return false;
+    for (uint64_t i = 0; i < a->n; i++) {
+        if (a->elem == GGUF_VT_STRING) {
+            gguf_str x = gguf_arr_str(a, i), y = gguf_arr_str(b, i);
+            if (x.len != y.len || memcmp(x.ptr, y.ptr, x.len)) return false;
+        } else if (a->elem == GGUF_VT_ARRAY) {
+            gguf_arr x = gguf_arr_sub(a, i), y = gguf_arr_sub(b, i);
+            if (!arr_equal(&x, &y)) return false;
+        } else if (a->elem == GGUF_VT_F32 || a->elem == GGUF_VT_F64) {
+            double x = gguf_arr_f64(a, i), y = gguf_arr_f64(b, i);
+            if (memcmp(&x, &y, sizeof x)) return false;
+        } else if (gguf_arr_i64(a, i) != gguf_arr_i64(b, i)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Copies src (every key and tensor) through the writer into path. */
+static kiln_status copy_gguf(const gguf_file *src, const char *path) {
+    gguf_writer *w;
+    KILN_TRY(gguf_writer_open(&w));
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < gguf_n_kv(src) && !st; i++) {
+        const gguf_kv *kv = gguf_kv_at(src, i);
+        char key[1024];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        st = gguf_set_value(w, key, &kv->value);
+    }
+    for (size_t i = 0; i < gguf_n_tensors(src) && !st; i++) {
+        const gguf_tensor *t = gguf_tensor_at(src, i);
+        char name[1024];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        st = gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+    }
+    if (!st) st = gguf_writer_write(w, path, NULL, NULL);
+    gguf_writer_close(w);
+    return st;
+}
+
+static void check_same_content(const gguf_file *a, const gguf_file *b) {
+    REQUIRE(gguf_n_kv(a) == gguf_n_kv(b));
+    REQUIRE(gguf_n_tensors(a) == gguf_n_tensors(b));
+    CHECK_EQ_INT(gguf_alignment(a), gguf_alignment(b));
+    for (size_t i = 0; i < gguf_n_kv(a); i++) {
+        const gguf_kv *x = gguf_kv_at(a, i), *y = gguf_kv_at(b, i);
+        CHECK(x->key.len == y->key.len && !memcmp(x->key.ptr, y->key.ptr, x->key.len));
+        CHECKF(value_equal(&x->value, &y->value), "value of key %.*s differs", (int)x->key.len, x->key.ptr);
+    }
+    for (size_t i = 0; i < gguf_n_tensors(a); i++) {
+        const gguf_tensor *x = gguf_tensor_at(a, i), *y = gguf_tensor_at(b, i);
+        CHECK(x->name.len == y->name.len && !memcmp(x->name.ptr, y->name.ptr, x->name.len));
+        CHECK_EQ_INT(x->type, y->type);
+        CHECK_EQ_INT(x->n_dims, y->n_dims);
+        for (int d = 0; d < GGUF_MAX_DIMS; d++) CHECK_EQ_INT(x->ne[d], y->ne[d]);
+        CHECK_EQ_INT(x->nbytes, y->nbytes);
+        CHECK(!memcmp(x->data, y->data, x->nbytes));
+        CHECK_EQ_INT((uintptr_t)y->data % gguf_alignment(b) == 0 || gguf_alignment(b) > 4096, 1);
+    }
+}
+
+/* Every shared GGUF was written by ggml or gguf-py, whose layout (key order, tensor order, per-tensor
+ * padding to the alignment, no trailing padding without tensors) kiln's writer follows: the copy of each
+ * file must come out byte-identical, and read back with the same keys, values and tensor bytes. */
+static int n_copied;
+static int roundtrip_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)ftw;
+    size_t n = strlen(path);
+    if (flag != FTW_F || n < 5 || strcmp(path + n - 5, ".gguf")) return 0;
+    gguf_file *src = NULL, *back = NULL;
+    CHECK_OK(gguf_open(path, &src));
+    if (!src) return 0;
+    char out[512];
+    snprintf(out, sizeof out, "%s/copy%d.gguf", test_tmpdir(), n_copied++);
+    CHECK_OK(copy_gguf(src, out));
+    CHECK_OK(gguf_open(out, &back));
+    if (back) check_same_content(src, back);
+    size_t na = 0, nb = 0;
+    char *a = test_read_file(path, &na), *b = test_read_file(out, &nb);
+    CHECKF(a && b && na == nb && !memcmp(a, b, na), "%s: copy differs (%zu vs %zu bytes)", path, na, nb);
+    free(a);
+    free(b);
+    unlink(out);
+    gguf_close(back);
+    gguf_close(src);
+    return 0;
+}
+
+TEST(gguf_roundtrip_shared_files_byte_identical) {
+    n_copied = 0;
+    REQUIRE(nftw(test_shared("models"), roundtrip_one, 16, FTW_PHYS) == 0);
+    REQUIRE(nftw(test_shared("quant"), roundtrip_one, 16, FTW_PHYS) == 0);
+    printf("copied %d files\n", n_copied);
+    CHECK(n_copied >= 25);
 }
