@@ -125,6 +125,7 @@ kiln_status kiln_decode_greedy(kiln_session *s, int32_t id, int32_t *next);
 void kiln_session_reset(kiln_session *s);
 int kiln_session_n_past(const kiln_session *s);
 int kiln_session_n_ctx(const kiln_session *s);
+int kiln_session_n_threads(const kiln_session *s);
 const char *kiln_session_backend(const kiln_session *s);
 
 /* Counters since the end of kiln_session_open (the first-call contract: all stay 0). */

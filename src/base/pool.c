@@ -33,7 +33,7 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
                !atomic_load(&p->quit)) {
-            if (++spins < 20000) continue;
+            if (++spins < 200000) continue;
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->quit))
                 pthread_cond_wait(&p->cv, &p->mu);

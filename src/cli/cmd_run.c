@@ -1,7 +1,133 @@
-/* cmd_run.c — `kiln run` (placeholder until its issue lands). */
+/*
+ * cmd_run.c — `kiln run`: open a model and a session, generate from a prompt, stream the text, then
+ * print every phase's time (and with --rounds the first-call penalty), or all of it as JSON.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cli/cli.h"
+#include "cli/run_report.h"
+
+static const char *usage_text =
+    "usage: kiln run -m MODEL [-p PROMPT | -f FILE] [options]\n"
+    "Generates text from PROMPT (default: start from BOS) and prints it as it is produced; the phase\n"
+    "timings go to stderr after the run.\n"
+    "  -m, --model FILE        GGUF model\n"
+    "  -p, --prompt TEXT       prompt text\n"
+    "  -f, --file FILE         read the prompt from FILE\n"
+    "  -n, --n-predict N       tokens to generate (default 128); stops earlier at end-of-generation\n"
+    "      --temp T            temperature (default 0.8; 0 = greedy)\n"
+    "      --top-k K           top-k (default 40; 0 = off)\n"
+    "      --top-p P           top-p (default 0.95; 1 = off)\n"
+    "      --min-p M           min-p (default 0.05; 0 = off)\n"
+    "      --repeat-penalty R  repetition penalty (default 1.0 = off)\n"
+    "      --repeat-last-n N   window of the repetition penalty (default 64)\n"
+    "      --seed S            RNG seed (default: random, printed with the timings)\n"
+    "      --ctx N             context length (default min(model context, 4096))\n"
+    "      --threads N         CPU threads (default: all cores)\n"
+    "      --device D          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
+    "      --rounds R          generate R times in one process and print the first-call penalty\n"
+    "      --ignore-eos        do not stop at end-of-generation tokens\n"
+    "      --no-warm           skip the warm pass of session open (to measure what it buys)\n"
+    "      --json              print the text, every phase and the counters as one JSON object\n"
+    "  -h, --help              this help\n";
+
+typedef struct run_opts {
+    const char *model, *prompt, *prompt_file, *device;
+    long n_predict, ctx, threads, rounds;
+    bool json, ignore_eos, no_warm, seed_given;
+    kiln_sampler_params sp;
+} run_opts;
+
+static int parse(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->rounds = 1;
+    o->sp = kiln_sampler_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        bool err = false;
+        double d;
+        long l;
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); exit(0); }
+        else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--no-warm")) o->no_warm = true;
+        else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) { if (!err) o->model = v; }
+        else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) { if (!err) o->prompt = v; }
+        else if (cli_opt(argc, argv, &i, "-f", &v, &err) || cli_opt(argc, argv, &i, "--file", &v, &err)) { if (!err) o->prompt_file = v; }
+        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err) o->device = v; }
+        else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--n-predict", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 0, 1 << 24, &o->n_predict)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 1, 1 << 20, &o->ctx)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--threads", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 1, 1024, &o->threads)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--rounds", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 1, 1000, &o->rounds)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--temp", &v, &err)) {
+            if (!err && !cli_parse_float("run", a, v, 0, 100, &d)) return 2;
+            o->sp.temperature = (float)d;
+        } else if (cli_opt(argc, argv, &i, "--top-k", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 0, 1 << 24, &l)) return 2;
+            o->sp.top_k = (int)l;
+        } else if (cli_opt(argc, argv, &i, "--top-p", &v, &err)) {
+            if (!err && !cli_parse_float("run", a, v, 0, 1, &d)) return 2;
+            o->sp.top_p = (float)d;
+        } else if (cli_opt(argc, argv, &i, "--min-p", &v, &err)) {
+            if (!err && !cli_parse_float("run", a, v, 0, 1, &d)) return 2;
+            o->sp.min_p = (float)d;
+        } else if (cli_opt(argc, argv, &i, "--repeat-penalty", &v, &err)) {
+            if (!err && !cli_parse_float("run", a, v, 0.01, 10, &d)) return 2;
+            o->sp.repeat_penalty = (float)d;
+        } else if (cli_opt(argc, argv, &i, "--repeat-last-n", &v, &err)) {
+            if (!err && !cli_parse_int("run", a, v, 0, 1 << 20, &l)) return 2;
+            o->sp.repeat_last_n = (int)l;
+        } else if (cli_opt(argc, argv, &i, "--seed", &v, &err)) {
+            char *end;
+            if (!err) {
+                o->sp.seed = strtoull(v, &end, 10);
+                if (*end || end == v) return cli_usage_error("run", usage_text, "--seed: expected an unsigned integer, got '%s'", v);
+                o->seed_given = true;
+            }
+        } else {
+            return cli_usage_error("run", usage_text, "unknown option '%s'", a);
+        }
+        if (err) return 2;
+    }
+    if (!o->model) return cli_usage_error("run", usage_text, "a model is required (-m MODEL.gguf)");
+    if (o->prompt && o->prompt_file) return cli_usage_error("run", usage_text, "give either -p or -f, not both");
+    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && strcmp(o->device, "auto"))
+        return cli_usage_error("run", usage_text, "--device: expected cpu, cuda or auto, got '%s'", o->device);
+    if (!o->seed_given) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    return 0;
+}
 
 int cmd_run(int argc, char **argv) {
-    (void)argc;
-    return cli_error(argv[0], "not built yet");
+    run_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    char *prompt_buf = NULL;
+    const char *prompt = o.prompt ? o.prompt : "";
+    size_t prompt_len = strlen(prompt);
+    if (o.prompt_file) {
+        prompt_buf = cli_read_file("run", o.prompt_file, &prompt_len);
+        if (!prompt_buf) return 1;
+        prompt = prompt_buf;
+    }
+    run_setup setup = {
+        .model_path = o.model, .prompt = prompt, .prompt_len = prompt_len, .n_predict = (int)o.n_predict,
+        .rounds = (int)o.rounds, .json = o.json, .ignore_eos = o.ignore_eos, .sampler = o.sp,
+    };
+    setup.sopt.n_ctx = (int)o.ctx;
+    setup.sopt.n_threads = (int)o.threads;
+    setup.sopt.no_warm = o.no_warm;
+    setup.sopt.device = !o.device || !strcmp(o.device, "auto") ? KILN_DEVICE_AUTO
+                        : !strcmp(o.device, "cpu")             ? KILN_DEVICE_CPU
+                                                               : KILN_DEVICE_CUDA;
+    rc = run_generate(&setup);
+    free(prompt_buf);
+    return rc;
 }

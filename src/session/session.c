@@ -188,6 +188,7 @@ void kiln_session_reset(kiln_session *s) {
 
 int kiln_session_n_past(const kiln_session *s) { return s->n_past; }
 int kiln_session_n_ctx(const kiln_session *s) { return s->cfg.n_ctx; }
+int kiln_session_n_threads(const kiln_session *s) { return s->cfg.n_threads; }
 const char *kiln_session_backend(const kiln_session *s) { return s->ops->name; }
 
 void kiln_session_stats(const kiln_session *s, kiln_stats *out) {

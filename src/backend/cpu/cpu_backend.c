@@ -219,7 +219,8 @@ static kiln_status cpu_forward(void *state, const int32_t *ids, int B, int pos, 
             memcpy(s->v_cache + at, s->v + (size_t)t * KV, (size_t)KV * sizeof(float));
         }
         attn_job aj = {.s = s, .layer = il, .B = B, .pos = pos};
-        kiln_pool_run(s->pool, attention, &aj);
+        if ((int64_t)B * hp->n_head * (pos + B) * hd < (1 << 15)) attention(&aj, 0, 1);
+        else kiln_pool_run(s->pool, attention, &aj);
         cpu_matmul(s->pool, &L->wo, s->att, B, s->xb2, s->scratch);
         cpu_add(s->x, s->xb2, B * E);
 

@@ -6,6 +6,9 @@
 #include "base/error.h"
 #include "formats/formats.h"
 
+/* multiply-adds below which a product is not split across threads */
+#define SMALL_MATMUL (1u << 16)
+
 size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     const kiln_type_info *t = kiln_type_get(type);
     KILN_ASSERT(t);
@@ -53,12 +56,15 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
         .wrow = kiln_row_bytes(W->type, W->ne[0]),
         .qrow = kiln_row_bytes(ti->vec_dot_type, W->ne[0]),
     };
+    /* small products run on the calling thread: waking the pool costs more than it saves */
+    const bool inline_run = (uint64_t)j.rows * (uint64_t)j.n * (uint64_t)B < SMALL_MATMUL;
     if (ti->vec_dot_type == KILN_TYPE_F32) {
         j.qx = (const uint8_t *)x;
     } else {
         j.qx = scratch;
-        if (B > 1) kiln_pool_run(pool, convert_rows, &j);
+        if (B > 1 && !inline_run) kiln_pool_run(pool, convert_rows, &j);
         else convert_rows(&j, 0, 1);
     }
-    kiln_pool_run(pool, dot_rows, &j);
+    if (inline_run) dot_rows(&j, 0, 1);
+    else kiln_pool_run(pool, dot_rows, &j);
 }
