@@ -1,7 +1,138 @@
-/* cmd_bench.c — `kiln bench` (placeholder until its issue lands). */
+/*
+ * cmd_bench.c — `kiln bench`: open once, then repeat (reset, prefill P tokens, G greedy decode steps) and
+ * print the open phases and the medians of prefill and decode throughput.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
 #include "cli/cli.h"
 
+static const char *usage_text =
+    "usage: kiln bench -m MODEL [options]\n"
+    "Measures session open, prefill and decode on MODEL (token ids are a fixed pseudo-random sequence).\n"
+    "  -m, --model FILE     GGUF model\n"
+    "  -p, --prompt N       prefill length in tokens (default 512)\n"
+    "  -n, --gen N          greedy decode steps per repetition (default 128)\n"
+    "  -r, --reps N         repetitions; medians are reported (default 5)\n"
+    "      --ctx N          context length (default: prompt + gen)\n"
+    "      --threads N      CPU threads (default: all cores)\n"
+    "      --device D       cpu, cuda or auto (default auto)\n"
+    "      --json           one JSON object instead of text\n"
+    "  -h, --help           this help\n";
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t median(uint64_t *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    return cli_error(argv[0], "not built yet");
+    const char *model = NULL, *device = "auto";
+    long P = 512, G = 128, R = 5, ctx = 0, threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *a = argv[i];
+        bool err = false;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
+        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) device = v;
+        else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) {
+            if (!err && !cli_parse_int("bench", a, v, 1, 1 << 20, &P)) return 2;
+        } else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--gen", &v, &err)) {
+            if (!err && !cli_parse_int("bench", a, v, 0, 1 << 20, &G)) return 2;
+        } else if (cli_opt(argc, argv, &i, "-r", &v, &err) || cli_opt(argc, argv, &i, "--reps", &v, &err)) {
+            if (!err && !cli_parse_int("bench", a, v, 1, 1000, &R)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
+            if (!err && !cli_parse_int("bench", a, v, 1, 1 << 20, &ctx)) return 2;
+        } else if (cli_opt(argc, argv, &i, "--threads", &v, &err)) {
+            if (!err && !cli_parse_int("bench", a, v, 1, 1024, &threads)) return 2;
+        } else return cli_usage_error("bench", usage_text, "unknown option '%s'", a);
+        if (err) return 2;
+    }
+    if (!model) return cli_usage_error("bench", usage_text, "a model is required (-m MODEL.gguf)");
+    kiln_session_options o = {.n_ctx = (int)(ctx ? ctx : P + G + 1), .n_threads = (int)threads, .max_batch = (int)P};
+    if (!strcmp(device, "cpu")) o.device = KILN_DEVICE_CPU;
+    else if (!strcmp(device, "cuda")) o.device = KILN_DEVICE_CUDA;
+    else if (strcmp(device, "auto")) return cli_usage_error("bench", usage_text, "--device: expected cpu, cuda or auto, got '%s'", device);
+    if (P + G + 1 > o.n_ctx) return cli_error("bench", "prompt %ld + gen %ld do not fit --ctx %d", P, G, o.n_ctx);
+
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    uint64_t t0 = now_ns();
+    if (kiln_model_open(model, &m) != KILN_OK || kiln_session_open(m, &o, &s) != KILN_OK) {
+        cli_error("bench", "%s", kiln_last_error());
+        kiln_model_close(m);
+        return 1;
+    }
+    uint64_t open_ns = now_ns() - t0;
+    kiln_model_info mi;
+    kiln_model_get_info(m, &mi);
+    int32_t *ids = malloc((size_t)P * sizeof *ids);
+    uint64_t *pre = calloc((size_t)R, sizeof *pre), *dec = calloc((size_t)R, sizeof *dec);
+    int rc = 1;
+    if (!ids || !pre || !dec) { cli_error("bench", "out of memory"); goto done; }
+    uint64_t x = 12345;
+    for (long i = 0; i < P; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)mi.n_vocab);
+    }
+    if (mi.bos_id >= 0) ids[0] = mi.bos_id;
+    for (long r = 0; r < R; r++) {
+        kiln_session_reset(s);
+        const float *logits;
+        uint64_t a = now_ns();
+        if (kiln_prefill(s, ids, (size_t)P, &logits) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
+        uint64_t b = now_ns();
+        int32_t id = ids[P - 1];
+        for (long g = 0; g < G; g++)
+            if (kiln_decode_greedy(s, id, &id) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
+        pre[r] = b - a;
+        dec[r] = now_ns() - b;
+    }
+    uint64_t first_pre = pre[0], first_dec = dec[0];
+    uint64_t mp = median(pre, (int)R), md = median(dec, (int)R);
+    const kiln_phase *ph;
+    size_t nph = kiln_session_open_phases(s, &ph);
+    if (json) {
+        printf("{\"model\":");
+        cli_json_str(stdout, model, strlen(model));
+        printf(",\"backend\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"open_ns\":%llu,"
+               "\"prefill_median_ns\":%llu,\"decode_median_ns\":%llu,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+               "\"first_prefill_ns\":%llu,\"first_decode_ns\":%llu,\"open_phases\":{",
+               kiln_session_backend(s), kiln_session_n_threads(s), P, G, R, (unsigned long long)open_ns,
+               (unsigned long long)mp, (unsigned long long)md, P / (mp / 1e9), md ? G / (md / 1e9) : 0.0,
+               (unsigned long long)first_pre, (unsigned long long)first_dec);
+        for (size_t i = 0; i < nph; i++) printf("%s\"%s\":%llu", i ? "," : "", ph[i].name, (unsigned long long)ph[i].ns);
+        printf("}}\n");
+    } else {
+        printf("%s (%s, %d layers, %d embd) · %s · %d threads\n", model, mi.arch, mi.n_layer, mi.n_embd,
+               kiln_session_backend(s), kiln_session_n_threads(s));
+        printf("open %.1f ms (", open_ns / 1e6);
+        for (size_t i = 0; i < nph; i++) printf("%s%s %.2f", i ? ", " : "", ph[i].name + 5, ph[i].ns / 1e6);
+        printf(")\n");
+        printf("prefill %ld tokens: median %.2f ms (%.0f tok/s); first rep %.2f ms\n", P, mp / 1e6, P / (mp / 1e9), first_pre / 1e6);
+        if (G)
+            printf("decode %ld steps: median %.2f ms (%.0f tok/s, %.3f ms/token); first rep %.2f ms\n", G, md / 1e6,
+                   G / (md / 1e9), md / 1e6 / G, first_dec / 1e6);
+    }
+    rc = 0;
+done:
+    free(ids);
+    free(pre);
+    free(dec);
+    kiln_session_close(s);
+    kiln_model_close(m);
+    return rc;
 }
