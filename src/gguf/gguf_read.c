@@ -136,12 +136,12 @@ static kiln_status get_u64(parser *p, const char *what, uint64_t *out) {
 static kiln_status get_str(parser *p, const char *what, uint64_t max, gguf_str *out) {
     uint64_t at = p->pos, len;
     KILN_TRY(get_u64(p, what, &len));
-    if (len > max)
-        return perr(p, KILN_ERR_FORMAT, at, "%s length %llu exceeds the limit of %llu", what,
-                    (unsigned long long)len, (unsigned long long)max);
     if (len > left(p))
         return perr(p, KILN_ERR_FORMAT, at, "%s length %llu exceeds the %llu bytes left", what,
                     (unsigned long long)len, (unsigned long long)left(p));
+    if (len > max)
+        return perr(p, KILN_ERR_FORMAT, at, "%s length %llu exceeds the limit of %llu", what,
+                    (unsigned long long)len, (unsigned long long)max);
     out->ptr = (const char *)(p->base + p->pos);
     out->len = len;
     p->pos += len;
@@ -213,8 +213,11 @@ static kiln_status parse_array(parser *p, int depth, gguf_arr *arr, uint64_t *ta
                             (unsigned long long)i, (unsigned long long)n, (unsigned long long)(size - pos));
             }
             uint64_t len = rd_u64(base + pos);
-            if (len > GGUF_MAX_STRING || len > size - pos - 8) {
+            if (len > size - pos - 8 || len > GGUF_MAX_STRING) {
                 p->pos = pos;
+                if (len <= size - pos - 8)
+                    return perr(p, KILN_ERR_FORMAT, pos, "string %llu length %llu exceeds the limit of %llu",
+                                (unsigned long long)i, (unsigned long long)len, (unsigned long long)GGUF_MAX_STRING);
                 return perr(p, KILN_ERR_FORMAT, pos, "string %llu length %llu exceeds the %llu bytes left",
                             (unsigned long long)i, (unsigned long long)len, (unsigned long long)(size - pos - 8));
             }
