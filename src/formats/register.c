@@ -1,4 +1,55 @@
-/* register.c — placeholder: fills no compute operations yet. */
-#include "formats/formats.h"
+/*
+ * register.c — fills the compute operations of the type table (to_float, from_float, the scalar
+ * reference vec_dot and the best vec_dot_fast for this CPU), and the activation conversion helper
+ * kiln_quantize_row_for_dot. SIMD variants are chosen once, at table initialization: AVX2 when the
+ * CPU has AVX2, FMA and F16C, unless KILN_NO_SIMD=1.
+ */
+#include "base/env.h"
+#include "base/error.h"
+#include "formats/blocks.h"
 
-void kiln_formats_register(kiln_type_info *table) { (void)table; }
+/* Activation quantizers used by kiln_quantize_row_for_dot (set with the table). */
+static kiln_from_float_fn activation_q8_0 = kiln_q8_0_from_float;
+static kiln_from_float_fn activation_q8_K = kiln_q8_K_from_float;
+
+static void set_ops(kiln_type_info *t, kiln_to_float_fn to_float, kiln_from_float_fn from_float,
+                    kiln_vec_dot_fn dot, kiln_vec_dot_fn dot_simd) {
+    t->to_float = to_float;
+    t->from_float = from_float;
+    t->vec_dot = dot;
+    t->vec_dot_fast = dot_simd ? dot_simd : dot;
+}
+
+void kiln_formats_register(kiln_type_info *table) {
+    const int simd = !kiln_env_no_simd() && kiln_cpu_has_avx2();
+#define SIMD(fn) (simd ? (fn) : NULL)
+    set_ops(&table[KILN_TYPE_F32], kiln_f32_to_float, kiln_f32_from_float, kiln_dot_f32, SIMD(kiln_dot_f32_avx2));
+    set_ops(&table[KILN_TYPE_F16], kiln_f16_to_float, kiln_f16_from_float, kiln_dot_f16, SIMD(kiln_dot_f16_avx2));
+    set_ops(&table[KILN_TYPE_BF16], kiln_bf16_to_float, kiln_bf16_from_float, kiln_dot_bf16, SIMD(kiln_dot_bf16_avx2));
+    set_ops(&table[KILN_TYPE_Q4_0], kiln_q4_0_to_float, kiln_q4_0_from_float, kiln_dot_q4_0_q8_0, SIMD(kiln_dot_q4_0_avx2));
+    set_ops(&table[KILN_TYPE_Q4_1], kiln_q4_1_to_float, kiln_q4_1_from_float, kiln_dot_q4_1_q8_1, SIMD(kiln_dot_q4_1_avx2));
+    set_ops(&table[KILN_TYPE_Q5_0], kiln_q5_0_to_float, kiln_q5_0_from_float, kiln_dot_q5_0_q8_0, SIMD(kiln_dot_q5_0_avx2));
+    set_ops(&table[KILN_TYPE_Q5_1], kiln_q5_1_to_float, kiln_q5_1_from_float, kiln_dot_q5_1_q8_1, SIMD(kiln_dot_q5_1_avx2));
+    set_ops(&table[KILN_TYPE_Q8_0], kiln_q8_0_to_float, kiln_q8_0_from_float, kiln_dot_q8_0_q8_0, SIMD(kiln_dot_q8_0_avx2));
+    set_ops(&table[KILN_TYPE_Q8_1], kiln_q8_1_to_float, kiln_q8_1_from_float, NULL, NULL);
+    set_ops(&table[KILN_TYPE_Q2_K], kiln_q2_K_to_float, kiln_q2_K_from_float, kiln_dot_q2_K_q8_K, SIMD(kiln_dot_q2_K_avx2));
+    set_ops(&table[KILN_TYPE_Q3_K], kiln_q3_K_to_float, kiln_q3_K_from_float, kiln_dot_q3_K_q8_K, SIMD(kiln_dot_q3_K_avx2));
+    set_ops(&table[KILN_TYPE_Q4_K], kiln_q4_K_to_float, kiln_q4_K_from_float, kiln_dot_q4_K_q8_K, SIMD(kiln_dot_q4_K_avx2));
+    set_ops(&table[KILN_TYPE_Q5_K], kiln_q5_K_to_float, kiln_q5_K_from_float, kiln_dot_q5_K_q8_K, SIMD(kiln_dot_q5_K_avx2));
+    set_ops(&table[KILN_TYPE_Q6_K], kiln_q6_K_to_float, kiln_q6_K_from_float, kiln_dot_q6_K_q8_K, SIMD(kiln_dot_q6_K_avx2));
+    set_ops(&table[KILN_TYPE_Q8_K], kiln_q8_K_to_float, kiln_q8_K_from_float, NULL, NULL);
+#undef SIMD
+    /* the fast activation quantizers produce the same bytes as the reference ones (tested) */
+    activation_q8_0 = simd ? kiln_q8_0_from_float_avx2 : kiln_q8_0_from_float;
+    activation_q8_K = simd ? kiln_q8_K_from_float_avx2 : kiln_q8_K_from_float;
+}
+
+void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, int64_t n) {
+    const kiln_type_info *w = kiln_type_get(weight_type);
+    KILN_ASSERT(w && w->vec_dot);
+    const kiln_type_info *a = kiln_type_get(w->vec_dot_type);
+    KILN_ASSERT(a && a->from_float && n % a->block_size == 0);
+    if (w->vec_dot_type == KILN_TYPE_Q8_0) activation_q8_0(x, dst, n);
+    else if (w->vec_dot_type == KILN_TYPE_Q8_K) activation_q8_K(x, dst, n);
+    else a->from_float(x, dst, n);
+}

@@ -1,0 +1,477 @@
+/*
+ * dot_avx2.c — AVX2 + FMA + F16C variants of the row dot products and of the Q8_0 / Q8_K activation
+ * quantizers. Integer block dots use the unsigned x signed byte multiply-add (vpmaddubsw) and the
+ * pairwise int16 multiply-add (vpmaddwd), so each block's integer sum is exact; only the float
+ * accumulation order differs from the scalar references in quant_legacy.c / quant_k.c / half.c.
+ * Every function carries its own target attribute so the file builds with or without -mavx2; callers
+ * must check kiln_cpu_has_avx2() first (register.c does).
+ */
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+
+#include "formats/blocks.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+int kiln_cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    /* F16C is CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c") */
+    unsigned eax, ebx, ecx, edx;
+    const int f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* ------------------------------------------------------------------------------------- helpers */
+
+AVX2 static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+AVX2 static inline __m256i combine128(__m128i lo, __m128i hi) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+/* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
+AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return combine128(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+}
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set (byte i <- bit i). */
+AVX2 static inline __m256i bits_to_bytes(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, sizeof bits);
+    const __m256i spread = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL, 0x0202020202020202LL,
+                                              0x0303030303030303LL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+/* Sum of u[i]*s[i] over pairs of 4 bytes -> 8 int32 lanes (u unsigned, s signed). */
+AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Same for two signed vectors (sign moved onto s so maddubs sees |a|). */
+AVX2 static inline __m256i dot_i8_i8(__m256i a, __m256i s) {
+    return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(s, a));
+}
+
+/* int16 vector scaled by two per-128-bit-half scales and pairwise summed into 8 int32 lanes. */
+AVX2 static inline __m256i madd_scales2(__m256i p16, int scale_lo, int scale_hi) {
+    const __m256i sc = combine128(_mm_set1_epi16((short)scale_lo), _mm_set1_epi16((short)scale_hi));
+    return _mm256_madd_epi16(p16, sc);
+}
+
+AVX2 static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* ---------------------------------------------------------------------------------- float rows */
+
+AVX2 void kiln_dot_f32_avx2(int n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+AVX2 static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+AVX2 void kiln_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_f16x8(x + i + 8), load_f16x8(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_f16x8(x + i + 16), load_f16x8(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_f16x8(x + i + 24), load_f16x8(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), a0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += h2f(x[i]) * h2f(y[i]);
+    *s = sum;
+}
+
+AVX2 static inline __m256 load_bf16x8(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+AVX2 void kiln_dot_bf16_avx2(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_bf16x8(x + i + 8), load_bf16x8(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_bf16x8(x + i + 16), load_bf16x8(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_bf16x8(x + i + 24), load_bf16x8(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), a0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += kiln_bf16_to_f32(x[i]) * kiln_bf16_to_f32(y[i]);
+    *s = sum;
+}
+
+/* ------------------------------------------------------------------------------- 32-value blocks */
+
+AVX2 void kiln_dot_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q8_0 *x = vx;
+    const block_q8_0 *y = vy;
+    const int nb = n / QK8_0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const __m256i p0 = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        const __m256i p1 =
+            dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib + 1].qs), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib + 1].d) * h2f(y[ib + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; ib < nb; ib++) {
+        const __m256i p = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 void kiln_dot_q4_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_0 *x = vx;
+    const block_q8_0 *y = vy;
+    const int nb = n / QK8_0;
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const __m256i q0 = _mm256_sub_epi8(unpack_nibbles16(x[ib].qs), eight);
+        const __m256i q1 = _mm256_sub_epi8(unpack_nibbles16(x[ib + 1].qs), eight);
+        const __m256i p0 = dot_i8_i8(q0, _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        const __m256i p1 = dot_i8_i8(q1, _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib + 1].d) * h2f(y[ib + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; ib < nb; ib++) {
+        const __m256i q = _mm256_sub_epi8(unpack_nibbles16(x[ib].qs), eight);
+        const __m256i p = dot_i8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+AVX2 void kiln_dot_q4_1_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_1 *x = vx;
+    const block_q8_1 *y = vy;
+    const int nb = n / QK8_1;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int ib = 0; ib < nb; ib++) {
+        const __m256i p = dot_u8_i8(unpack_nibbles16(x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
+        summs += h2f(x[ib].m) * h2f(y[ib].s);
+    }
+    *s = hsum_ps(acc) + summs;
+}
+
+AVX2 void kiln_dot_q5_0_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_0 *x = vx;
+    const block_q8_0 *y = vy;
+    const int nb = n / QK8_0;
+    const __m256i high = _mm256_set1_epi8((char)0xF0);
+    __m256 acc = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        /* value - 16 = nibble | 0xF0 (as int8) where the fifth bit is clear, the nibble where it is set */
+        const __m256i q = _mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_andnot_si256(bits_to_bytes(x[ib].qh), high));
+        const __m256i p = dot_i8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+AVX2 void kiln_dot_q5_1_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_1 *x = vx;
+    const block_q8_1 *y = vy;
+    const int nb = n / QK8_1;
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int ib = 0; ib < nb; ib++) {
+        const __m256i q = _mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_and_si256(bits_to_bytes(x[ib].qh), bit4));
+        const __m256i p = dot_u8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
+        summs += h2f(x[ib].m) * h2f(y[ib].s);
+    }
+    *s = hsum_ps(acc) + summs;
+}
+
+/* ---------------------------------------------------------------------------- 256-value blocks */
+
+AVX2 static inline __m256i load_bsums(const block_q8_K *y) { return _mm256_loadu_si256((const __m256i *)y->bsums); }
+
+AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q2_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps(), accm = acc;
+    for (int i = 0; i < n / QK_K; i++) {
+        const float dall = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(&y[i]), mins16)), accm);
+        const uint8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            __m256i shifted = q;
+            for (int k = 0; k < 4; k++) {
+                const int g = 4 * h + k;
+                const __m256i v = _mm256_and_si256(shifted, m3);
+                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * g)));
+                sumi = _mm256_add_epi32(sumi, madd_scales2(p, sc[2 * g] & 0xF, sc[2 * g + 1] & 0xF));
+                shifted = _mm256_srli_epi16(shifted, 2);
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(_mm256_sub_ps(acc, accm));
+}
+
+AVX2 void kiln_dot_q3_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    int8_t sc[16];
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = y[i].d * h2f(x[i].d);
+        kiln_q3k_scales(x[i].scales, sc);
+        const int8_t *q8 = y[i].qs;
+        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i shifted = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int k = 0; k < 4; k++) {
+                const int g = 4 * h + k;
+                /* level + 4 = low two bits | high bit << 2, in 0..7; the -4 is applied through bsums */
+                const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 2);
+                const __m256i v = _mm256_or_si256(_mm256_and_si256(shifted, m3), hb);
+                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * g)));
+                sumi = _mm256_add_epi32(sumi, madd_scales2(p, sc[2 * g], sc[2 * g + 1]));
+                shifted = _mm256_srli_epi16(shifted, 2);
+                hbits = _mm256_srli_epi16(hbits, 1);
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* The mins term of Q4_K / Q5_K: sum over sub-blocks j of min_j * (bsums[2j] + bsums[2j+1]). */
+AVX2 static inline __m256 k4_mins(const block_q8_K *y, const uint8_t mn[8]) {
+    const __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+    const __m128i m8x2 = _mm_unpacklo_epi8(m8, m8); /* m0 m0 m1 m1 ... */
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), _mm256_cvtepu8_epi16(m8x2)));
+}
+
+AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc = _mm256_setzero_ps(), accm = acc;
+    uint8_t sc[8], mn[8];
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        for (int j = 0; j < 8; j++) kiln_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), k4_mins(&y[i], mn), accm);
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(_mm256_sub_ps(acc, accm));
+}
+
+AVX2 void kiln_dot_q5_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps(), accm = acc;
+    uint8_t sc[8], mn[8];
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        for (int j = 0; j < 8; j++) kiln_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), k4_mins(&y[i], mn), accm);
+        const int8_t *q8 = y[i].qs;
+        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            const __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 4);
+            const __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), m1), 4);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hlo);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
+            hbits = _mm256_srli_epi16(hbits, 2);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(_mm256_sub_ps(acc, accm));
+}
+
+AVX2 void kiln_dot_q6_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
+                  mc0 = _mm256_set1_epi8((char)0xC0);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const float d = y[i].d * h2f(x[i].d);
+        const int8_t *sc = x[i].scales;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
+            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4));
+            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2));
+            const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+            const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                               _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));
+            const int8_t *y8 = q8 + 128 * h;
+            const int8_t *s8 = sc + 8 * h;
+            const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));
+            const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));
+            const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));
+            const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));
+            sumi = _mm256_add_epi32(sumi, madd_scales2(p0, s8[0], s8[1]));
+            sumi = _mm256_add_epi32(sumi, madd_scales2(p1, s8[2], s8[3]));
+            sumi = _mm256_add_epi32(sumi, madd_scales2(p2, s8[4], s8[5]));
+            sumi = _mm256_add_epi32(sumi, madd_scales2(p3, s8[6], s8[7]));
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ------------------------------------------------------------------------ activation quantizers */
+
+AVX2 static inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+AVX2 static inline float max_abs32(const float *x, int n) {
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + j)));
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* roundf semantics (halves away from zero), exactly: truncate, then step away when |frac| >= 0.5. */
+AVX2 static inline __m256i round_away_epi32(__m256 v) {
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = abs_ps(_mm256_sub_ps(v, t));
+    const __m256 step = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                      _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f))));
+    return _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+}
+
+/* Packs 4 x 8 int32 (each within int8 range) into 32 int8 in order. */
+AVX2 static inline __m256i pack_i32x32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    const __m256i r = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AVX2 void kiln_q8_0_from_float_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        const float amax = max_abs32(x, QK8_0);
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = kiln_f32_to_f16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        const __m256i q = pack_i32x32_to_i8(round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid)),
+                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid)),
+                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid)),
+                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+    }
+}
+
+AVX2 void kiln_q8_K_from_float_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        const float amax = max_abs32(x, QK_K);
+        if (!amax) {
+            y[i].d = 0;
+            memset(y[i].qs, 0, QK_K);
+            memset(y[i].bsums, 0, sizeof y[i].bsums);
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < QK_K; j++)
+            if (fabsf(x[j]) == amax) {
+                max = x[j];
+                break;
+            }
+        const float iscale = -127.f / max;
+        const __m256 vis = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), vis);
+                q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), lim);
+            }
+            const __m256i q8 = pack_i32x32_to_i8(q[0], q[1], q[2], q[3]);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), q8);
+            /* sums of 16: sign-extend to int16 and add pairs down */
+            const __m256i w = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8)), _mm256_set1_epi16(1));
+            const __m256i w2 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1)), _mm256_set1_epi16(1));
+            y[i].bsums[j / 16] = (int16_t)hsum_epi32(w);
+            y[i].bsums[j / 16 + 1] = (int16_t)hsum_epi32(w2);
+        }
+        y[i].d = 1 / iscale;
+    }
+}

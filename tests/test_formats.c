@@ -1,0 +1,407 @@
+/*
+ * test_formats.c — the block formats against ggml's reference vectors (../shared/quant/quant-vectors.gguf):
+ * dequantization bit for bit (T.deq), the reference quantizers byte for byte (T.q, x.<vec_dot type>),
+ * scalar dots equal to ggml's generic kernels (T.dot_generic), every fast variant within
+ * 4 * FLT_EPSILON * sum|w_i * x_i| of T.dot / T.dot_generic and of the scalar reference on fresh random
+ * inputs, plus the half-precision conversions and the table helpers.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/blocks.h"
+#include "formats/formats.h"
+#include "gguf/gguf.h"
+#include "test.h"
+
+#define ROWS 8
+#define COLS 1024
+
+static const kiln_type tested_types[] = {
+    KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1,
+    KILN_TYPE_Q8_0, KILN_TYPE_Q2_K, KILN_TYPE_Q3_K, KILN_TYPE_Q4_K, KILN_TYPE_Q5_K, KILN_TYPE_Q6_K,
+};
+#define N_TESTED (sizeof tested_types / sizeof tested_types[0])
+
+/* A tensor of the vectors file by name, checked for type and size. */
+static const gguf_tensor *vec_tensor(gguf_file *f, const char *name, uint32_t type, uint64_t n_values) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        test_failf(__FILE__, __LINE__, "quant-vectors.gguf: tensor %s missing", name);
+        return NULL;
+    }
+    if (t->type != type || t->nbytes != kiln_row_bytes(type, n_values)) {
+        test_failf(__FILE__, __LINE__, "tensor %s: type %u, %llu bytes (expected type %u, %zu bytes)", name, t->type,
+                   (unsigned long long)t->nbytes, type, kiln_row_bytes(type, n_values));
+        return NULL;
+    }
+    return t;
+}
+
+static gguf_file *open_vectors(void) {
+    gguf_file *f = NULL;
+    kiln_status st = gguf_open(test_shared("quant/quant-vectors.gguf"), &f);
+    if (st != KILN_OK) test_failf(__FILE__, __LINE__, "gguf_open: %s", kiln_last_error());
+    return f;
+}
+
+static const char *tname(kiln_type t) { return kiln_type_get(t)->name; }
+
+/* ------------------------------------------------------------------------------- dequantization */
+
+TEST(formats_dequantize_equals_reference) {
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    float *out = malloc(sizeof(float) * COLS);
+    for (size_t k = 0; k < N_TESTED; k++) {
+        const kiln_type t = tested_types[k];
+        char name[64];
+        snprintf(name, sizeof name, "%s.q", tname(t));
+        const gguf_tensor *q = vec_tensor(f, name, t, (uint64_t)ROWS * COLS);
+        snprintf(name, sizeof name, "%s.deq", tname(t));
+        const gguf_tensor *deq = vec_tensor(f, name, KILN_TYPE_F32, (uint64_t)ROWS * COLS);
+        if (!q || !deq) continue;
+        const size_t rb = kiln_row_bytes(t, COLS);
+        for (int r = 0; r < ROWS; r++) {
+            kiln_type_get(t)->to_float((const uint8_t *)q->data + r * rb, out, COLS);
+            const float *want = (const float *)deq->data + r * COLS;
+            int bad = 0, first = -1;
+            for (int i = 0; i < COLS; i++)
+                if (memcmp(&out[i], &want[i], sizeof(float))) {
+                    if (first < 0) first = i;
+                    bad++;
+                }
+            CHECKF(bad == 0, "%s row %d: %d values differ from %s.deq (first at %d: %.9g vs %.9g)", tname(t), r, bad,
+                   tname(t), first, first >= 0 ? out[first] : 0.0, first >= 0 ? want[first] : 0.0);
+        }
+    }
+    free(out);
+    gguf_close(f);
+}
+
+/* --------------------------------------------------------------------------------- quantization */
+
+TEST(formats_quantize_equals_reference) {
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    const gguf_tensor *src = vec_tensor(f, "src", KILN_TYPE_F32, (uint64_t)ROWS * COLS);
+    REQUIRE(src);
+    uint8_t *out = malloc(kiln_row_bytes(KILN_TYPE_F32, COLS));
+    for (size_t k = 0; k < N_TESTED; k++) {
+        const kiln_type t = tested_types[k];
+        const kiln_type_info *ti = kiln_type_get(t);
+        char name[64];
+        snprintf(name, sizeof name, "%s.q", ti->name);
+        const gguf_tensor *q = vec_tensor(f, name, t, (uint64_t)ROWS * COLS);
+        if (!q) continue;
+        const size_t rb = kiln_row_bytes(t, COLS);
+        for (int r = 0; r < ROWS; r++) {
+            ti->from_float((const float *)src->data + r * COLS, out, COLS);
+            const uint8_t *want = (const uint8_t *)q->data + r * rb;
+            int bad_blocks = 0, first = -1;
+            for (size_t b = 0; b < rb / ti->type_size; b++)
+                if (memcmp(out + b * ti->type_size, want + b * ti->type_size, ti->type_size)) {
+                    if (first < 0) first = (int)b;
+                    bad_blocks++;
+                }
+            CHECKF(bad_blocks == 0, "%s row %d: %d of %zu blocks differ from %s.q (first: block %d)", ti->name, r,
+                   bad_blocks, rb / ti->type_size, ti->name, first);
+        }
+    }
+    free(out);
+    gguf_close(f);
+}
+
+/* The activation conversions (the exact bytes ggml's dot kernels consumed). */
+TEST(formats_activation_quantize_equals_reference) {
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    const gguf_tensor *x = vec_tensor(f, "x", KILN_TYPE_F32, COLS);
+    REQUIRE(x);
+    static const struct { const char *name; kiln_type type; } acts[] = {
+        {"x.f16", KILN_TYPE_F16}, {"x.bf16", KILN_TYPE_BF16}, {"x.q8_0", KILN_TYPE_Q8_0},
+        {"x.q8_1", KILN_TYPE_Q8_1}, {"x.q8_K", KILN_TYPE_Q8_K},
+    };
+    uint8_t *out = malloc(kiln_row_bytes(KILN_TYPE_F32, COLS));
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {
+        const gguf_tensor *want = vec_tensor(f, acts[k].name, acts[k].type, COLS);
+        if (!want) continue;
+        memset(out, 0xAB, want->nbytes);
+        kiln_type_get(acts[k].type)->from_float(x->data, out, COLS);
+        CHECKF(!memcmp(out, want->data, want->nbytes), "from_float(x) != %s", acts[k].name);
+    }
+    /* the helper the CPU backend calls, for every weight type: the bytes of its vec_dot_type */
+    for (size_t k = 0; k < N_TESTED; k++) {
+        const kiln_type t = tested_types[k];
+        const kiln_type vdt = kiln_type_get(t)->vec_dot_type;
+        char name[64];
+        snprintf(name, sizeof name, "x.%s", tname(vdt));
+        const gguf_tensor *want = vdt == KILN_TYPE_F32 ? x : vec_tensor(f, name, vdt, COLS);
+        if (!want) continue;
+        memset(out, 0xAB, want->nbytes);
+        kiln_quantize_row_for_dot(t, x->data, out, COLS);
+        CHECKF(!memcmp(out, want->data, want->nbytes), "kiln_quantize_row_for_dot(%s) != %s", tname(t), name);
+    }
+    /* the AVX2 activation quantizers directly (whatever KILN_NO_SIMD says) */
+    if (kiln_cpu_has_avx2()) {
+        const gguf_tensor *w0 = vec_tensor(f, "x.q8_0", KILN_TYPE_Q8_0, COLS);
+        const gguf_tensor *wk = vec_tensor(f, "x.q8_K", KILN_TYPE_Q8_K, COLS);
+        if (w0) {
+            kiln_q8_0_from_float_avx2(x->data, out, COLS);
+            CHECKF(!memcmp(out, w0->data, w0->nbytes), "AVX2 Q8_0 from_float(x) != x.q8_0");
+        }
+        if (wk) {
+            kiln_q8_K_from_float_avx2(x->data, out, COLS);
+            CHECKF(!memcmp(out, wk->data, wk->nbytes), "AVX2 Q8_K from_float(x) != x.q8_K");
+        }
+    }
+    free(out);
+    gguf_close(f);
+}
+
+/* ----------------------------------------------------------------------------------------- dots */
+
+/* sum |w_i * x_i| over the dequantized row and activation, the scale of the dot tolerance. */
+static double abs_product_sum(const float *w, const float *a, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += fabs((double)w[i] * (double)a[i]);
+    return s;
+}
+
+static void dequantize_activation(kiln_type vdt, const void *q, float *out, int n) {
+    kiln_type_get(vdt)->to_float(q, out, n);
+}
+
+/* One fast variant per type: the table's vec_dot_fast, or the AVX2 one directly when present. */
+typedef struct { kiln_type type; kiln_vec_dot_fn avx2; } fast_variant;
+static const fast_variant avx2_variants[] = {
+    {KILN_TYPE_F32, kiln_dot_f32_avx2},   {KILN_TYPE_F16, kiln_dot_f16_avx2},   {KILN_TYPE_BF16, kiln_dot_bf16_avx2},
+    {KILN_TYPE_Q4_0, kiln_dot_q4_0_avx2}, {KILN_TYPE_Q4_1, kiln_dot_q4_1_avx2}, {KILN_TYPE_Q5_0, kiln_dot_q5_0_avx2},
+    {KILN_TYPE_Q5_1, kiln_dot_q5_1_avx2}, {KILN_TYPE_Q8_0, kiln_dot_q8_0_avx2}, {KILN_TYPE_Q2_K, kiln_dot_q2_K_avx2},
+    {KILN_TYPE_Q3_K, kiln_dot_q3_K_avx2}, {KILN_TYPE_Q4_K, kiln_dot_q4_K_avx2}, {KILN_TYPE_Q5_K, kiln_dot_q5_K_avx2},
+    {KILN_TYPE_Q6_K, kiln_dot_q6_K_avx2},
+};
+
+TEST(formats_dots_match_reference) {
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    float *w = malloc(sizeof(float) * COLS), *a = malloc(sizeof(float) * COLS);
+    const bool have_avx2 = kiln_cpu_has_avx2();
+    if (!have_avx2) printf("note: no AVX2 on this CPU, AVX2 dots not checked\n");
+    for (size_t k = 0; k < N_TESTED; k++) {
+        const kiln_type t = tested_types[k];
+        const kiln_type_info *ti = kiln_type_get(t);
+        const kiln_type vdt = ti->vec_dot_type;
+        char name[64];
+        snprintf(name, sizeof name, "%s.q", ti->name);
+        const gguf_tensor *q = vec_tensor(f, name, t, (uint64_t)ROWS * COLS);
+        snprintf(name, sizeof name, "%s.dot", ti->name);
+        const gguf_tensor *dot = vec_tensor(f, name, KILN_TYPE_F32, ROWS);
+        snprintf(name, sizeof name, "x.%s", tname(vdt));
+        const gguf_tensor *x = vec_tensor(f, vdt == KILN_TYPE_F32 ? "x" : name, vdt, COLS);
+        const gguf_tensor *generic = NULL;
+        if (ti->is_quantized) {
+            snprintf(name, sizeof name, "%s.dot_generic", ti->name);
+            generic = vec_tensor(f, name, KILN_TYPE_F32, ROWS);
+            if (!generic) continue;
+        }
+        if (!q || !dot || !x) continue;
+        REQUIRE(ti->vec_dot && ti->vec_dot_fast);
+        dequantize_activation(vdt, x->data, a, COLS);
+        kiln_vec_dot_fn avx2 = NULL;
+        for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++)
+            if (avx2_variants[v].type == t) avx2 = avx2_variants[v].avx2;
+        const size_t rb = kiln_row_bytes(t, COLS);
+        for (int r = 0; r < ROWS; r++) {
+            const void *row = (const uint8_t *)q->data + r * rb;
+            ti->to_float(row, w, COLS);
+            const double tol = 4.0 * FLT_EPSILON * abs_product_sum(w, a, COLS);
+            const float want = ((const float *)dot->data)[r];
+            float s = NAN;
+            ti->vec_dot(COLS, &s, row, x->data);
+            if (generic) {
+                const float wg = ((const float *)generic->data)[r];
+                CHECKF(memcmp(&s, &wg, sizeof s) == 0, "%s row %d: scalar dot %.9g != dot_generic %.9g", ti->name, r, s, wg);
+            } else {
+                CHECKF(fabs((double)s - want) <= tol, "%s row %d: scalar dot %.9g vs dot %.9g (tol %.3g)", ti->name, r, s,
+                       want, tol);
+            }
+            kiln_vec_dot_fn fasts[2] = {ti->vec_dot_fast, have_avx2 ? avx2 : NULL};
+            for (int v = 0; v < 2; v++) {
+                if (!fasts[v]) continue;
+                float fs = NAN;
+                fasts[v](COLS, &fs, row, x->data);
+                const double ref2 = generic ? ((const float *)generic->data)[r] : want;
+                const double err = fmin(fabs((double)fs - want), fabs((double)fs - ref2));
+                CHECKF(err <= tol, "%s row %d: %s dot %.9g vs dot %.9g / generic %.9g (tol %.3g)", ti->name, r,
+                       v ? "avx2" : "fast", fs, want, ref2, tol);
+            }
+        }
+    }
+    free(w);
+    free(a);
+    gguf_close(f);
+}
+
+/* Fast variants against the scalar reference on fresh random inputs of several lengths. */
+TEST(formats_fast_dots_match_scalar_on_random_rows) {
+    if (!kiln_cpu_has_avx2()) {
+        test_skip("no AVX2 on this CPU");
+        return;
+    }
+    uint64_t rng = 0x6b696c6e2d666d74ull;
+    static const int lengths_small[] = {32, 64, 96, 256, 1056, 4096};
+    static const int lengths_k[] = {256, 512, 768, 2048, 5120};
+    static const int lengths_float[] = {1, 7, 8, 33, 100, 1000, 4099};
+    const int max_n = 5120;
+    float *wf = malloc(sizeof(float) * max_n), *xf = malloc(sizeof(float) * max_n);
+    float *wd = malloc(sizeof(float) * max_n), *xd = malloc(sizeof(float) * max_n);
+    uint8_t *wq = malloc(sizeof(float) * max_n), *xq = malloc(sizeof(float) * max_n);
+    int checked = 0;
+    for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++) {
+        const kiln_type t = avx2_variants[v].type;
+        const kiln_type_info *ti = kiln_type_get(t);
+        const int *lengths = ti->block_size == 256 ? lengths_k : ti->block_size == 32 ? lengths_small : lengths_float;
+        const int n_len = ti->block_size == 256 ? 5 : ti->block_size == 32 ? 6 : 7;
+        for (int li = 0; li < n_len; li++) {
+            const int n = lengths[li];
+            for (int trial = 0; trial < 4; trial++) {
+                /* never zeros: normals, some rows with a scaled range and an outlier */
+                const float scale = trial == 3 ? 1e-3f : 1.0f;
+                for (int i = 0; i < n; i++) {
+                    wf[i] = scale * test_rand_normal(&rng);
+                    xf[i] = test_rand_normal(&rng);
+                    if (wf[i] == 0) wf[i] = 0.5f;
+                }
+                if (trial == 2) wf[n / 2] = 40.0f;
+                ti->from_float(wf, wq, n);
+                kiln_quantize_row_for_dot(t, xf, xq, n);
+                ti->to_float(wq, wd, n);
+                kiln_type_get(ti->vec_dot_type)->to_float(xq, xd, n);
+                const double tol = 4.0 * FLT_EPSILON * abs_product_sum(wd, xd, n);
+                float ref = NAN, fast = NAN;
+                ti->vec_dot(n, &ref, wq, xq);
+                avx2_variants[v].avx2(n, &fast, wq, xq);
+                CHECKF(fabs((double)fast - ref) <= tol && tol > 0, "%s n=%d trial %d: avx2 %.9g vs scalar %.9g (tol %.3g)",
+                       ti->name, n, trial, fast, ref, tol);
+                checked++;
+            }
+        }
+    }
+    printf("checked %d random rows\n", checked);
+    free(wf); free(xf); free(wd); free(xd); free(wq); free(xq);
+}
+
+/* The AVX2 activation quantizers give the reference bytes on random rows too (ties included). */
+TEST(formats_fast_activation_quantizers_match_scalar) {
+    if (!kiln_cpu_has_avx2()) {
+        test_skip("no AVX2 on this CPU");
+        return;
+    }
+    uint64_t rng = 42;
+    const int n = 4096;
+    float *x = malloc(sizeof(float) * n);
+    uint8_t *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    for (int trial = 0; trial < 20; trial++) {
+        for (int i = 0; i < n; i++) x[i] = test_rand_normal(&rng) * (trial + 1);
+        if (trial % 2) /* exact halves after scaling: x = (k + 0.5) * d with amax = 127 d */
+            for (int i = 0; i < n; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(x[i] * 10) % 120) + 0.5f;
+        if (trial == 4) for (int i = 0; i < 256; i++) x[i] = 0; /* a zero super-block */
+        kiln_q8_0_from_float(x, a, n);
+        kiln_q8_0_from_float_avx2(x, b, n);
+        CHECKF(!memcmp(a, b, kiln_row_bytes(KILN_TYPE_Q8_0, n)), "q8_0 trial %d differs", trial);
+        kiln_q8_K_from_float(x, a, n);
+        kiln_q8_K_from_float_avx2(x, b, n);
+        CHECKF(!memcmp(a, b, kiln_row_bytes(KILN_TYPE_Q8_K, n)), "q8_K trial %d differs", trial);
+    }
+    free(x); free(a); free(b);
+}
+
+/* ------------------------------------------------------------------------------ round trips */
+
+/* quantize -> dequantize error on the reference source, compared with ggml's own (T.deq). */
+TEST(formats_roundtrip_error_no_worse_than_reference) {
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    const gguf_tensor *src = vec_tensor(f, "src", KILN_TYPE_F32, (uint64_t)ROWS * COLS);
+    REQUIRE(src);
+    uint8_t *q = malloc(sizeof(float) * COLS);
+    float *d = malloc(sizeof(float) * COLS);
+    for (size_t k = 3; k < N_TESTED; k++) {
+        const kiln_type t = tested_types[k];
+        const kiln_type_info *ti = kiln_type_get(t);
+        char name[64];
+        snprintf(name, sizeof name, "%s.deq", ti->name);
+        const gguf_tensor *deq = vec_tensor(f, name, KILN_TYPE_F32, (uint64_t)ROWS * COLS);
+        if (!deq) continue;
+        for (int r = 0; r < ROWS; r++) {
+            const float *x = (const float *)src->data + r * COLS, *ref = (const float *)deq->data + r * COLS;
+            ti->from_float(x, q, COLS);
+            ti->to_float(q, d, COLS);
+            double mine = 0, theirs = 0, energy = 0;
+            for (int i = 0; i < COLS; i++) {
+                mine += ((double)d[i] - x[i]) * ((double)d[i] - x[i]);
+                theirs += ((double)ref[i] - x[i]) * ((double)ref[i] - x[i]);
+                energy += (double)x[i] * x[i];
+            }
+            CHECKF(mine <= theirs, "%s row %d: squared error %.6g > reference %.6g", ti->name, r, mine, theirs);
+            /* a sanity bound: relative error of the lowest-precision type (Q2_K) stays below 40%; not for
+             * row 4 (values near 1e-6), where the scales of several types underflow in ggml too */
+            if (r != 4) CHECKF(mine <= 0.16 * energy, "%s row %d: relative squared error %.3g", ti->name, r, mine / energy);
+        }
+    }
+    free(q);
+    free(d);
+    gguf_close(f);
+}
+
+/* ---------------------------------------------------------------------------- half precision */
+
+TEST(formats_half_conversions) {
+    /* every finite half survives half -> float -> half; NaNs stay NaN */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = kiln_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            if (!isnan(kiln_f16_to_f32(kiln_f32_to_f16(f)))) bad++;
+            continue;
+        }
+        if (kiln_f32_to_f16(f) != h) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* known values: ties to even, overflow, subnormals */
+    CHECK_EQ_INT(kiln_f32_to_f16(1.0f), 0x3c00);
+    CHECK_EQ_INT(kiln_f32_to_f16(65504.0f), 0x7bff);
+    CHECK_EQ_INT(kiln_f32_to_f16(65520.0f), 0x7c00);
+    CHECK_EQ_INT(kiln_f32_to_f16(-1e9f), 0xfc00);
+    CHECK_EQ_INT(kiln_f32_to_f16(0x1p-24f), 0x0001);
+    CHECK_EQ_INT(kiln_f32_to_f16(0x1p-25f), 0x0000);             /* tie -> even (0) */
+    CHECK_EQ_INT(kiln_f32_to_f16(0x1.8p-24f), 0x0002);           /* tie -> even (2) */
+    CHECK_EQ_INT(kiln_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);      /* tie -> even */
+    CHECK_EQ_INT(kiln_f32_to_f16(1.0f + 0x1.8p-10f), 0x3c02);    /* tie -> even (up) */
+    CHECK_EQ_INT(kiln_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);      /* tie -> even */
+    CHECK_EQ_INT(kiln_f32_to_bf16(1.0f + 0x1.8p-7f), 0x3f82);
+    CHECK(isnan(kiln_bf16_to_f32(kiln_f32_to_bf16(NAN))));
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = kiln_bf16_to_f32((uint16_t)h);
+        if (!isnan(f) && kiln_f32_to_bf16(f) != h) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST(formats_table_helpers) {
+    CHECK_EQ_INT(kiln_row_bytes(KILN_TYPE_Q4_K, 4096), 16 * 144);
+    CHECK_EQ_INT(kiln_row_bytes(KILN_TYPE_Q4_0, 33), 0);
+    CHECK_EQ_INT(kiln_row_bytes(999, 32), 0);
+    CHECK_EQ_INT(kiln_type_from_name("Q5_K"), KILN_TYPE_Q5_K);
+    CHECK_EQ_INT(kiln_type_from_name("bf16"), KILN_TYPE_BF16);
+    CHECK_EQ_INT(kiln_type_from_name("q9_9"), -1);
+    for (size_t k = 0; k < N_TESTED; k++) {
+        const kiln_type_info *ti = kiln_type_get(tested_types[k]);
+        CHECKF(ti->to_float && ti->from_float && ti->vec_dot && ti->vec_dot_fast, "%s lacks an operation", ti->name);
+        const kiln_type_info *a = kiln_type_get(ti->vec_dot_type);
+        CHECKF(a && a->from_float, "%s: vec_dot_type %s cannot be produced", ti->name, a ? a->name : "?");
+    }
+    CHECK(kiln_type_get(KILN_TYPE_IQ2_XXS)->vec_dot == NULL);
+}
