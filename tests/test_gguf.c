@@ -231,3 +231,195 @@ TEST(gguf_roundtrip_shared_files_byte_identical) {
     printf("copied %d files\n", n_copied);
     CHECK(n_copied >= 25);
 }
+
+/* Counts tensors of each type. */
+static void type_counts(const gguf_file *f, int counts[KILN_TYPE_COUNT]) {
+    memset(counts, 0, sizeof(int) * KILN_TYPE_COUNT);
+    for (size_t i = 0; i < gguf_n_tensors(f); i++) counts[gguf_tensor_at(f, i)->type]++;
+}
+
+TEST(gguf_facts_tinystories_656K) {
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &f));
+    CHECK_EQ_INT(gguf_version(f), 3);
+    CHECK_EQ_INT(gguf_n_kv(f), 34);
+    CHECK_EQ_INT(gguf_n_tensors(f), 20);
+    int counts[KILN_TYPE_COUNT];
+    type_counts(f, counts);
+    CHECK_EQ_INT(counts[KILN_TYPE_Q8_0], 15);
+    CHECK_EQ_INT(counts[KILN_TYPE_F32], 5);
+    uint32_t v = 0;
+    CHECK_OK(gguf_get_u32(f, "llama.context_length", &v)); CHECK_EQ_INT(v, 512);
+    CHECK_OK(gguf_get_u32(f, "llama.embedding_length", &v)); CHECK_EQ_INT(v, 128);
+    CHECK_OK(gguf_get_u32(f, "llama.block_count", &v)); CHECK_EQ_INT(v, 2);
+    CHECK_OK(gguf_get_u32(f, "llama.feed_forward_length", &v)); CHECK_EQ_INT(v, 384);
+    CHECK_OK(gguf_get_u32(f, "llama.attention.head_count", &v)); CHECK_EQ_INT(v, 8);
+    CHECK_OK(gguf_get_u32(f, "llama.rope.dimension_count", &v)); CHECK_EQ_INT(v, 16);
+    CHECK_OK(gguf_get_u32(f, "general.file_type", &v)); CHECK_EQ_INT(v, 7);
+    float x = 0;
+    CHECK_OK(gguf_get_f32(f, "llama.rope.freq_base", &x)); CHECK(x == 10000.0f);
+    CHECK_OK(gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &x)); CHECK(fabsf(x - 1e-6f) < 1e-12f);
+    CHECK(gguf_find_tensor(f, "output.weight") == NULL);
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    REQUIRE(emb);
+    CHECK_EQ_INT(emb->type, KILN_TYPE_Q8_0);
+    CHECK_EQ_INT(emb->ne[0], 128);
+    CHECK_EQ_INT(emb->ne[1], 2048);
+    CHECK_EQ_INT(emb->nbytes, 2048 * 128 / 32 * 34);
+    gguf_arr toks, scores;
+    REQUIRE_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks));
+    CHECK_EQ_INT(toks.n, 2048);
+    CHECK(gguf_str_eq(gguf_arr_str(&toks, 1), "<|start_story|>"));
+    CHECK(gguf_str_eq(gguf_arr_str(&toks, 2), "<|end_story|>"));
+    REQUIRE_OK(gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_F32, &scores));
+    CHECK_EQ_INT(scores.n, 2048);
+    for (uint64_t i = 0; i < scores.n; i++) CHECK(gguf_arr_f64(&scores, i) == -1000.0);
+    bool add_bos = false;
+    CHECK_OK(gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &add_bos));
+    CHECK(add_bos);
+    gguf_close(f);
+}
+
+/* The quantized copies hold the type mixes their READMEs state. */
+TEST(gguf_facts_quantized_copies) {
+    static const struct { const char *file; int n_tensors; int type_a, count_a, type_b, count_b, type_c, count_c; } cases[] = {
+        {"models/stories260K/quants/stories260K-F16.gguf", 48, KILN_TYPE_F16, 37, KILN_TYPE_F32, 11, KILN_TYPE_Q8_0, 0},
+        {"models/stories260K/quants/stories260K-Q8_0-ffn_down-F16.gguf", 48, KILN_TYPE_Q8_0, 32, KILN_TYPE_F16, 5, KILN_TYPE_F32, 11},
+        {"models/stories260K/quants/stories260K-Q4_0-ffn_down-F16.gguf", 48, KILN_TYPE_Q4_0, 31, KILN_TYPE_Q8_0, 1, KILN_TYPE_F16, 5},
+        {"models/random/llama-2-tiny-random.gguf", 12, KILN_TYPE_F16, 9, KILN_TYPE_F32, 3, KILN_TYPE_Q8_0, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        gguf_file *f;
+        REQUIRE_OK(gguf_open(test_shared(cases[k].file), &f));
+        int counts[KILN_TYPE_COUNT];
+        type_counts(f, counts);
+        CHECK_EQ_INT(gguf_n_tensors(f), cases[k].n_tensors);
+        CHECKF(counts[cases[k].type_a] == cases[k].count_a, "%s: type %d x%d", cases[k].file, cases[k].type_a, counts[cases[k].type_a]);
+        CHECKF(counts[cases[k].type_b] == cases[k].count_b, "%s: type %d x%d", cases[k].file, cases[k].type_b, counts[cases[k].type_b]);
+        CHECKF(counts[cases[k].type_c] == cases[k].count_c, "%s: type %d x%d", cases[k].file, cases[k].type_c, counts[cases[k].type_c]);
+        gguf_close(f);
+    }
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(test_shared("models/random/llama-2-tiny-random.gguf"), &f));
+    CHECK_EQ_INT(gguf_n_kv(f), 18);
+    gguf_arr toks;
+    REQUIRE_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks));
+    CHECK_EQ_INT(toks.n, 32000);
+    uint32_t v = 0;
+    CHECK_OK(gguf_get_u32(f, "llama.context_length", &v)); CHECK_EQ_INT(v, 4096);
+    CHECK_OK(gguf_get_u32(f, "general.file_type", &v)); CHECK_EQ_INT(v, 1);
+    gguf_close(f);
+}
+
+/* Vocabulary-only GGUFs: architecture, tokenizer model / pre, vocabulary size and merges (PROVENANCE.md). */
+TEST(gguf_facts_vocab_files) {
+    static const struct { const char *name, *arch, *model, *pre; int n_vocab, n_merges; } v[] = {
+        {"bert-bge", "bert", "bert", "bert-bge", 30522, 0},
+        {"deepseek-coder", "llama", "gpt2", "deepseek-coder", 32256, 31757},
+        {"deepseek-llm", "llama", "gpt2", "deepseek-llm", 102400, 99757},
+        {"falcon", "falcon", "gpt2", "falcon", 65024, 64784},
+        {"gpt-2", "gpt2", "gpt2", "gpt-2", 50257, 50000},
+        {"llama-spm", "llama", "llama", "default", 32000, 0},
+        {"mpt", "mpt", "gpt2", "mpt", 50432, 50009},
+        {"phi-3", "phi3", "llama", "default", 32064, 0},
+        {"refact", "refact", "gpt2", "refact", 49216, 48891},
+        {"starcoder", "starcoder2", "gpt2", "starcoder", 49152, 48872},
+        {"smollm", "llama", "gpt2", "smollm", 49152, 48900},
+        {"qwen2", "qwen3", "gpt2", "qwen2", 151669, 151387},
+        {"llama-bpe", "llama", "gpt2", "llama-bpe", 128256, 280147},
+    };
+    for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, "models/llama.cpp-vocab/ggml-vocab-%s.gguf", v[k].name);
+        gguf_file *f;
+        REQUIRE_OK(gguf_open(test_shared(rel), &f));
+        gguf_str s;
+        gguf_arr a;
+        CHECK_EQ_INT(gguf_version(f), 3);
+        CHECK_EQ_INT(gguf_n_tensors(f), 0);
+        CHECK_OK(gguf_get_str(f, "general.architecture", &s));
+        CHECKF(gguf_str_eq(s, v[k].arch), "%s: arch %.*s", v[k].name, (int)s.len, s.ptr);
+        CHECK_OK(gguf_get_str(f, "tokenizer.ggml.model", &s));
+        CHECKF(gguf_str_eq(s, v[k].model), "%s: model %.*s", v[k].name, (int)s.len, s.ptr);
+        if (strcmp(v[k].pre, "default") || gguf_find(f, "tokenizer.ggml.pre")) {
+            CHECK_OK(gguf_get_str(f, "tokenizer.ggml.pre", &s));
+            CHECKF(gguf_str_eq(s, v[k].pre), "%s: pre %.*s", v[k].name, (int)s.len, s.ptr);
+        }
+        CHECK_OK(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &a));
+        CHECKF(a.n == (uint64_t)v[k].n_vocab, "%s: %llu tokens", v[k].name, (unsigned long long)a.n);
+        if (v[k].n_merges) {
+            CHECK_OK(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &a));
+            CHECKF(a.n == (uint64_t)v[k].n_merges, "%s: %llu merges", v[k].name, (unsigned long long)a.n);
+        } else {
+            CHECK(gguf_find(f, "tokenizer.ggml.merges") == NULL);
+        }
+        gguf_close(f);
+    }
+}
+
+/* quant-vectors.gguf (shared/quant/README.md): layout, keys, and per type T the tensors T.q / T.deq / T.dot
+ * with the README's shapes; its quantvec.T.block_size / type_size agree with kiln's format table. */
+TEST(gguf_facts_quant_vectors) {
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(test_shared("quant/quant-vectors.gguf"), &f));
+    CHECK_EQ_INT(gguf_version(f), 3);
+    CHECK_EQ_INT(gguf_alignment(f), 32);
+    CHECK_EQ_INT(gguf_n_kv(f), 104);
+    CHECK_EQ_INT(gguf_n_tensors(f), 119);
+    int64_t seed = 0;
+    CHECK_OK(gguf_get_i64(f, "quantvec.seed", &seed));
+    CHECK_EQ_INT(seed, 1592598566);
+    uint32_t rows = 0, cols = 0;
+    CHECK_OK(gguf_get_u32(f, "quantvec.rows", &rows));
+    CHECK_OK(gguf_get_u32(f, "quantvec.cols", &cols));
+    CHECK_EQ_INT(rows, 8);
+    CHECK_EQ_INT(cols, 1024);
+    gguf_arr types;
+    REQUIRE_OK(gguf_get_arr(f, "quantvec.types", GGUF_VT_STRING, &types));
+    CHECK_EQ_INT(types.n, 23);
+    for (uint64_t i = 0; i < types.n; i++) {
+        gguf_str t = gguf_arr_str(&types, i);
+        char key[128], name[64];
+        snprintf(name, sizeof name, "%.*s", (int)t.len, t.ptr);
+        uint32_t id = 0, bs = 0, ts = 0;
+        snprintf(key, sizeof key, "quantvec.%s.ggml_type", name);
+        CHECK_OK(gguf_get_u32(f, key, &id));
+        snprintf(key, sizeof key, "quantvec.%s.block_size", name);
+        CHECK_OK(gguf_get_u32(f, key, &bs));
+        snprintf(key, sizeof key, "quantvec.%s.type_size", name);
+        CHECK_OK(gguf_get_u32(f, key, &ts));
+        const kiln_type_info *ti = kiln_type_get(id);
+        REQUIRE(ti);
+        CHECKF(!strcmp(ti->name, name), "type %u: kiln calls it %s, the file %s", id, ti->name, name);
+        CHECKF(ti->block_size == bs && ti->type_size == ts, "%s: kiln %u/%u, file %u/%u", name, ti->block_size,
+               ti->type_size, bs, ts);
+        snprintf(key, sizeof key, "%s.q", name);
+        const gguf_tensor *q = gguf_find_tensor(f, key);
+        REQUIRE(q);
+        CHECK_EQ_INT(q->type, id);
+        CHECK_EQ_INT(q->ne[0], 1024);
+        CHECK_EQ_INT(q->ne[1], 8);
+        CHECK_EQ_INT(q->nbytes, 8 * kiln_row_bytes(id, 1024));
+        snprintf(key, sizeof key, "%s.deq", name);
+        const gguf_tensor *deq = gguf_find_tensor(f, key);
+        REQUIRE(deq);
+        CHECK(deq->type == KILN_TYPE_F32 && deq->nbytes == 8 * 1024 * 4);
+        snprintf(key, sizeof key, "%s.dot", name);
+        const gguf_tensor *dot = gguf_find_tensor(f, key);
+        REQUIRE(dot);
+        CHECK(dot->type == KILN_TYPE_F32 && dot->n_dims == 1 && dot->ne[0] == 8);
+    }
+    static const struct { const char *name; uint32_t type; } xs[] = {
+        {"x", KILN_TYPE_F32}, {"x.f16", KILN_TYPE_F16}, {"x.bf16", KILN_TYPE_BF16},
+        {"x.q8_0", KILN_TYPE_Q8_0}, {"x.q8_1", KILN_TYPE_Q8_1}, {"x.q8_K", KILN_TYPE_Q8_K},
+    };
+    for (size_t k = 0; k < sizeof xs / sizeof *xs; k++) {
+        const gguf_tensor *t = gguf_find_tensor(f, xs[k].name);
+        REQUIRE(t);
+        CHECK_EQ_INT(t->type, xs[k].type);
+        CHECK_EQ_INT(t->ne[0], 1024);
+    }
+    const gguf_tensor *x8k = gguf_find_tensor(f, "x.q8_K");
+    CHECK_EQ_INT(x8k->nbytes, 4 * 292);
+    gguf_close(f);
+}
