@@ -75,13 +75,33 @@ static inline void kiln_k4_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_
     }
 }
 
-/* Unpacks the 16 6-bit scales of a Q3_K block to signed values (-32..31). */
+/* Unpacks the 16 6-bit scales of a Q3_K block to signed values (-32..31): scale j has its low 4 bits
+ * in nibble j of bytes 0..7 (low nibbles first) and its high 2 bits in byte 8 + j%4, bits 2*(j/4). */
 static inline void kiln_q3k_scales(const uint8_t *packed, int8_t out[16]) {
-    for (int j = 0; j < 16; j++) {
-        int lo = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
-        int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        out[j] = (int8_t)((lo | (hi << 4)) - 32);
-    }
+    uint32_t a[4];
+    memcpy(a, packed, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u, tmp = a[2];
+    a[2] = ((a[0] >> 4) & lo4) | (((tmp >> 4) & lo2) << 4);
+    a[3] = ((a[1] >> 4) & lo4) | (((tmp >> 6) & lo2) << 4);
+    a[0] = (a[0] & lo4) | (((tmp >> 0) & lo2) << 4);
+    a[1] = (a[1] & lo4) | (((tmp >> 2) & lo2) << 4);
+    uint8_t u[16];
+    memcpy(u, a, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int8_t)(u[j] - 32);
+}
+
+/* Unpacks all 8 six-bit scales and mins of a Q4_K / Q5_K block at once (same values as
+ * kiln_k4_scale_min for j = 0..7). */
+static inline void kiln_k4_scales_mins(const uint8_t *packed, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t u[3], s2[2], m2[2];
+    memcpy(u, packed, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    s2[0] = u[0] & lo6;
+    m2[0] = u[1] & lo6;
+    s2[1] = (u[2] & lo4) | (((u[0] >> 6) & lo2) << 4);
+    m2[1] = ((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4);
+    memcpy(sc, s2, 8);
+    memcpy(mn, m2, 8);
 }
 
 /* ---- half.c ---- */

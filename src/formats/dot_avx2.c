@@ -33,15 +33,10 @@ AVX2 static inline float hsum_ps(__m256 v) {
 
 AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-AVX2 static inline __m256i combine128(__m128i lo, __m128i hi) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-}
-
 /* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
 AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
-    const __m128i b = _mm_loadu_si128((const __m128i *)p);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return combine128(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 /* 32 bits -> 32 bytes, 0xFF where the bit is set (byte i <- bit i). */
@@ -66,11 +61,6 @@ AVX2 static inline __m256i dot_i8_i8(__m256i a, __m256i s) {
 }
 
 /* int16 vector scaled by two per-128-bit-half scales and pairwise summed into 8 int32 lanes. */
-AVX2 static inline __m256i madd_scales2(__m256i p16, int scale_lo, int scale_hi) {
-    const __m256i sc = combine128(_mm_set1_epi16((short)scale_lo), _mm_set1_epi16((short)scale_hi));
-    return _mm256_madd_epi16(p16, sc);
-}
-
 AVX2 static inline int hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -137,123 +127,132 @@ AVX2 void kiln_dot_bf16_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ------------------------------------------------------------------------------- 32-value blocks */
 
+/* The loop shared by the 32-value block dots: BLOCK_INT(ib) gives the 8 int32 partial sums of block ib,
+ * BLOCK_SCALE(ib) its float scale; four blocks in flight with four accumulators, EXTRA(ib) for a
+ * per-block scalar term (the min of Q4_1 / Q5_1). */
+#define BLOCK_LOOP(nb, BLOCK_INT, BLOCK_SCALE, EXTRA)                                                           \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                                   \
+    int ib = 0;                                                                                                 \
+    for (; ib + 4 <= (nb); ib += 4) {                                                                           \
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib)), _mm256_cvtepi32_ps(BLOCK_INT(ib)), acc0);       \
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 1)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 1)), acc1); \
+        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 2)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 2)), acc2); \
+        acc3 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 3)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 3)), acc3); \
+        EXTRA(ib); EXTRA(ib + 1); EXTRA(ib + 2); EXTRA(ib + 3);                                                 \
+    }                                                                                                           \
+    for (; ib < (nb); ib++) {                                                                                   \
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib)), _mm256_cvtepi32_ps(BLOCK_INT(ib)), acc0);       \
+        EXTRA(ib);                                                                                              \
+    }                                                                                                           \
+    const float block_sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)))
+
+#define NO_EXTRA(ib) (void)0
+
+AVX2 static inline __m256i q4_0_block(__m256i q, __m256i y, __m256i eight) {
+    const __m256i d16 = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(eight, y));
+    return _mm256_madd_epi16(d16, _mm256_set1_epi16(1));
+}
+#define SCALE_DD(ib) (h2f(x[ib].d) * h2f(y[ib].d))
+#define Y_QS(ib) _mm256_loadu_si256((const __m256i *)y[ib].qs)
+
 AVX2 void kiln_dot_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q8_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        const __m256i p0 = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 =
-            dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib + 1].qs), _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib + 1].d) * h2f(y[ib + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; ib < nb; ib++) {
-        const __m256i p = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+#define Q8_0_INT(ib) dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[ib].qs), Y_QS(ib))
+    BLOCK_LOOP(n / QK8_0, Q8_0_INT, SCALE_DD, NO_EXTRA);
+#undef Q8_0_INT
+    *s = block_sum;
 }
 
 AVX2 void kiln_dot_q4_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
     const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        const __m256i q0 = _mm256_sub_epi8(unpack_nibbles16(x[ib].qs), eight);
-        const __m256i q1 = _mm256_sub_epi8(unpack_nibbles16(x[ib + 1].qs), eight);
-        const __m256i p0 = dot_i8_i8(q0, _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        const __m256i p1 = dot_i8_i8(q1, _mm256_loadu_si256((const __m256i *)y[ib + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib + 1].d) * h2f(y[ib + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; ib < nb; ib++) {
-        const __m256i q = _mm256_sub_epi8(unpack_nibbles16(x[ib].qs), eight);
-        const __m256i p = dot_i8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
+    /* sum (q - 8) * y = sum q * y - sum 8 * y, both through the unsigned x signed multiply-add */
+#define Q4_0_INT(ib) q4_0_block(unpack_nibbles16(x[ib].qs), Y_QS(ib), eight)
+    BLOCK_LOOP(n / QK8_0, Q4_0_INT, SCALE_DD, NO_EXTRA);
+#undef Q4_0_INT
+    *s = block_sum;
 }
 
 AVX2 void kiln_dot_q4_1_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_1 *x = vx;
     const block_q8_1 *y = vy;
-    const int nb = n / QK8_1;
-    __m256 acc = _mm256_setzero_ps();
     float summs = 0;
-    for (int ib = 0; ib < nb; ib++) {
-        const __m256i p = dot_u8_i8(unpack_nibbles16(x[ib].qs), _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
-        summs += h2f(x[ib].m) * h2f(y[ib].s);
-    }
-    *s = hsum_ps(acc) + summs;
+#define Q4_1_INT(ib) dot_u8_i8(unpack_nibbles16(x[ib].qs), Y_QS(ib))
+#define MIN_TERM(ib) (summs += h2f(x[ib].m) * h2f(y[ib].s))
+    BLOCK_LOOP(n / QK8_1, Q4_1_INT, SCALE_DD, MIN_TERM);
+#undef Q4_1_INT
+    *s = block_sum + summs;
 }
 
 AVX2 void kiln_dot_q5_0_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q5_0 *x = vx;
     const block_q8_0 *y = vy;
-    const int nb = n / QK8_0;
     const __m256i high = _mm256_set1_epi8((char)0xF0);
-    __m256 acc = _mm256_setzero_ps();
-    for (int ib = 0; ib < nb; ib++) {
-        /* value - 16 = nibble | 0xF0 (as int8) where the fifth bit is clear, the nibble where it is set */
-        const __m256i q = _mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_andnot_si256(bits_to_bytes(x[ib].qh), high));
-        const __m256i p = dot_i8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
-    }
-    *s = hsum_ps(acc);
+    /* value - 16 = nibble | 0xF0 (as int8) where the fifth bit is clear, the nibble where it is set */
+#define Q5_0_INT(ib) \
+    dot_i8_i8(_mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_andnot_si256(bits_to_bytes(x[ib].qh), high)), Y_QS(ib))
+    BLOCK_LOOP(n / QK8_0, Q5_0_INT, SCALE_DD, NO_EXTRA);
+#undef Q5_0_INT
+    *s = block_sum;
 }
 
 AVX2 void kiln_dot_q5_1_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q5_1 *x = vx;
     const block_q8_1 *y = vy;
-    const int nb = n / QK8_1;
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
     float summs = 0;
-    for (int ib = 0; ib < nb; ib++) {
-        const __m256i q = _mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_and_si256(bits_to_bytes(x[ib].qh), bit4));
-        const __m256i p = dot_u8_i8(q, _mm256_loadu_si256((const __m256i *)y[ib].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[ib].d) * h2f(y[ib].d)), _mm256_cvtepi32_ps(p), acc);
-        summs += h2f(x[ib].m) * h2f(y[ib].s);
-    }
-    *s = hsum_ps(acc) + summs;
+#define Q5_1_INT(ib) \
+    dot_u8_i8(_mm256_or_si256(unpack_nibbles16(x[ib].qs), _mm256_and_si256(bits_to_bytes(x[ib].qh), bit4)), Y_QS(ib))
+    BLOCK_LOOP(n / QK8_1, Q5_1_INT, SCALE_DD, MIN_TERM);
+#undef Q5_1_INT
+#undef MIN_TERM
+    *s = block_sum + summs;
 }
 
 /* ---------------------------------------------------------------------------- 256-value blocks */
 
 AVX2 static inline __m256i load_bsums(const block_q8_K *y) { return _mm256_loadu_si256((const __m256i *)y->bsums); }
 
+/* 16 per-16-value int8 scales -> int16 vector, low 128-bit lane the even-numbered scales, high lane
+ * the odd-numbered ones; scale_pair(v, g) then yields [s(2g) x8 | s(2g+1) x8], the multiplier of the
+ * maddubs result of values 32g..32g+31. */
+AVX2 static inline __m256i scales_even_odd(__m128i sc8) {
+    const __m128i perm = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, perm));
+}
+#define scale_pair(v, g) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (g) + 1) << 8) | (2 * (g)))))
+/* 8 per-32-value scales (int16 in both lanes) -> scale j in every lane. */
+#define scale_one(v, j) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (j) + 1) << 8) | (2 * (j)))))
+
 AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q2_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accm = acc;
     for (int i = 0; i < n / QK_K; i++) {
         const float dall = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+        const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
         accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(&y[i]), mins16)), accm);
-        const uint8_t *sc = x[i].scales;
+        const __m256i eo = scales_even_odd(_mm_and_si128(sc8, m4));
         const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            __m256i shifted = q;
-            for (int k = 0; k < 4; k++) {
-                const int g = 4 * h + k;
-                const __m256i v = _mm256_and_si256(shifted, m3);
-                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * g)));
-                sumi = _mm256_add_epi32(sumi, madd_scales2(p, sc[2 * g] & 0xF, sc[2 * g + 1] & 0xF));
-                shifted = _mm256_srli_epi16(shifted, 2);
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+#define Q2K_GROUP(h, k)                                                                                         \
+    {                                                                                                           \
+        const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q##h, 2 * (k)), m3);                               \
+        const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * (4 * (h) + (k))))); \
+        if ((k) & 1) sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p, scale_pair(eo, 4 * (h) + (k))));        \
+        else sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p, scale_pair(eo, 4 * (h) + (k))));                \
+    }
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32));
+        Q2K_GROUP(0, 0) Q2K_GROUP(0, 1) Q2K_GROUP(0, 2) Q2K_GROUP(0, 3)
+        Q2K_GROUP(1, 0) Q2K_GROUP(1, 1) Q2K_GROUP(1, 2) Q2K_GROUP(1, 3)
+#undef Q2K_GROUP
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
     }
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }
@@ -261,41 +260,47 @@ AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
 AVX2 void kiln_dot_q3_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q3_K *x = vx;
     const block_q8_K *y = vy;
-    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     int8_t sc[16];
     for (int i = 0; i < n / QK_K; i++) {
         const float d = y[i].d * h2f(x[i].d);
         kiln_q3k_scales(x[i].scales, sc);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        const __m256i eo = scales_even_odd(sc8);
         const int8_t *q8 = y[i].qs;
-        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            __m256i shifted = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
-            for (int k = 0; k < 4; k++) {
-                const int g = 4 * h + k;
-                /* level + 4 = low two bits | high bit << 2, in 0..7; the -4 is applied through bsums */
-                const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 2);
-                const __m256i v = _mm256_or_si256(_mm256_and_si256(shifted, m3), hb);
-                const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * g)));
-                sumi = _mm256_add_epi32(sumi, madd_scales2(p, sc[2 * g], sc[2 * g + 1]));
-                shifted = _mm256_srli_epi16(shifted, 2);
-                hbits = _mm256_srli_epi16(hbits, 1);
-            }
-        }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), sc16);
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 2));
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+        /* level + 4 = low two bits | high bit << 2, in 0..7; the -4 is applied through bsums */
+#define Q3K_GROUP(h, k)                                                                                         \
+    {                                                                                                           \
+        const int g = 4 * (h) + (k);                                                                            \
+        const __m256i hb = g < 2 ? _mm256_slli_epi16(hbits, 2 - g) : _mm256_srli_epi16(hbits, g - 2);           \
+        const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q##h, 2 * (k)), m3), _mm256_and_si256(hb, m4)); \
+        const __m256i p = _mm256_maddubs_epi16(v, _mm256_loadu_si256((const __m256i *)(q8 + 32 * g)));         \
+        if ((k) & 1) sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p, scale_pair(eo, g)));                    \
+        else sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p, scale_pair(eo, g)));                            \
+    }
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32));
+        Q3K_GROUP(0, 0) Q3K_GROUP(0, 1) Q3K_GROUP(0, 2) Q3K_GROUP(0, 3)
+        Q3K_GROUP(1, 0) Q3K_GROUP(1, 1) Q3K_GROUP(1, 2) Q3K_GROUP(1, 3)
+#undef Q3K_GROUP
+        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), _mm256_cvtepi8_epi16(sc8));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(corr, 2));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);
 }
 
-/* The mins term of Q4_K / Q5_K: sum over sub-blocks j of min_j * (bsums[2j] + bsums[2j+1]). */
-AVX2 static inline __m256 k4_mins(const block_q8_K *y, const uint8_t mn[8]) {
+/* Q4_K / Q5_K: 8 scales (int16, both lanes) and the mins term sum_j min_j * (bsums[2j] + bsums[2j+1]). */
+AVX2 static inline __m256i k4_prepare(const uint8_t *packed, const block_q8_K *y, __m256 *mins_term) {
+    uint8_t sc[8], mn[8];
+    kiln_k4_scales_mins(packed, sc, mn);
     const __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
-    const __m128i m8x2 = _mm_unpacklo_epi8(m8, m8); /* m0 m0 m1 m1 ... */
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), _mm256_cvtepu8_epi16(m8x2)));
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 ... */
+    *mins_term = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), mins16));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
 }
 
 AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
@@ -303,22 +308,25 @@ AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accm = acc;
-    uint8_t sc[8], mn[8];
     for (int i = 0; i < n / QK_K; i++) {
         const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        for (int j = 0; j < 8; j++) kiln_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), k4_mins(&y[i], mn), accm);
+        __m256 mins;
+        const __m256i sc = k4_prepare(x[i].scales, &y[i], &mins);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, accm);
         const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
-            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+#define Q4K_PAIR(j)                                                                                             \
+    {                                                                                                           \
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (j)));                            \
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);          \
+        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));       \
+        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32)));  \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * (j))));                          \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * (j) + 1)));                      \
+    }
+        Q4K_PAIR(0) Q4K_PAIR(1) Q4K_PAIR(2) Q4K_PAIR(3)
+#undef Q4K_PAIR
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
     }
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }
@@ -326,29 +334,33 @@ AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
 AVX2 void kiln_dot_q5_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q5_K *x = vx;
     const block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m16 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps(), accm = acc;
-    uint8_t sc[8], mn[8];
     for (int i = 0; i < n / QK_K; i++) {
         const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        for (int j = 0; j < 8; j++) kiln_k4_scale_min(j, x[i].scales, &sc[j], &mn[j]);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), k4_mins(&y[i], mn), accm);
+        __m256 mins;
+        const __m256i sc = k4_prepare(x[i].scales, &y[i], &mins);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, accm);
         const int8_t *q8 = y[i].qs;
-        __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            const __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 4);
-            const __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), m1), 4);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hlo);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
-            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
-            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * j])));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * j + 1])));
-            hbits = _mm256_srli_epi16(hbits, 2);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+        /* the fifth bit of value 64j+l is bit 2j of qh[l], of value 64j+32+l bit 2j+1: move it to bit 4 */
+#define SHIFT_TO_BIT4(v, b) ((b) < 4 ? _mm256_slli_epi16((v), 4 - (b)) : (b) > 4 ? _mm256_srli_epi16((v), (b) - 4) : (v))
+#define Q5K_PAIR(j)                                                                                             \
+    {                                                                                                           \
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (j)));                            \
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(SHIFT_TO_BIT4(hbits, 2 * (j)), m16)); \
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),                      \
+                                           _mm256_and_si256(SHIFT_TO_BIT4(hbits, 2 * (j) + 1), m16));           \
+        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));       \
+        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32)));  \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * (j))));                          \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * (j) + 1)));                      \
+    }
+        Q5K_PAIR(0) Q5K_PAIR(1) Q5K_PAIR(2) Q5K_PAIR(3)
+#undef Q5K_PAIR
+#undef SHIFT_TO_BIT4
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
     }
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }
@@ -362,33 +374,35 @@ AVX2 void kiln_dot_q6_K_avx2(int n, float *s, const void *vx, const void *vy) {
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         const float d = y[i].d * h2f(x[i].d);
-        const int8_t *sc = x[i].scales;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i eo = scales_even_odd(sc8);
         const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
-            const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4));
-            const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2));
-            const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
-            const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                               _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));
-            const int8_t *y8 = q8 + 128 * h;
-            const int8_t *s8 = sc + 8 * h;
-            const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));
-            const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));
-            const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));
-            const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));
-            sumi = _mm256_add_epi32(sumi, madd_scales2(p0, s8[0], s8[1]));
-            sumi = _mm256_add_epi32(sumi, madd_scales2(p1, s8[2], s8[3]));
-            sumi = _mm256_add_epi32(sumi, madd_scales2(p2, s8[4], s8[5]));
-            sumi = _mm256_add_epi32(sumi, madd_scales2(p3, s8[6], s8[7]));
-        }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), sc16);
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+#define Q6K_HALF(h)                                                                                             \
+    {                                                                                                           \
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * (h)));                          \
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * (h) + 32));                     \
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * (h)));                           \
+        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4)); \
+        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2)); \
+        const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)); \
+        const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),                    \
+                                           _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));                    \
+        const int8_t *y8 = q8 + 128 * (h);                                                                      \
+        const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));             \
+        const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));            \
+        const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));            \
+        const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));            \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_pair(eo, 4 * (h) + 0)));                     \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_pair(eo, 4 * (h) + 1)));                     \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, scale_pair(eo, 4 * (h) + 2)));                     \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, scale_pair(eo, 4 * (h) + 3)));                     \
+    }
+        /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
+        Q6K_HALF(0) Q6K_HALF(1)
+#undef Q6K_HALF
+        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), _mm256_cvtepi8_epi16(sc8));
+        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(corr, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);

@@ -701,7 +701,7 @@ static void dot_k4_tail(const int8_t *aux8, const uint8_t *packed_scales, uint16
     int scales16[16];
     int32_t aux32[8] = {0};
     uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; j++) kiln_k4_scale_min(j, packed_scales, &sc[j], &mn[j]);
+    kiln_k4_scales_mins(packed_scales, sc, mn);
     int sumi = 0;
     for (int j = 0; j < QK_K / 16; j++) sumi += y->bsums[j] * mn[j / 2];
     for (int j = 0; j < 16; j++) scales16[j] = sc[j / 2];
