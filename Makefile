@@ -109,9 +109,14 @@ fuzz: deps
 	@$(MAKE) --no-print-directory build/fuzz/gguf_fuzz
 
 FUZZ_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c))
-build/fuzz/gguf_fuzz: fuzz/gguf_fuzz.c $(FUZZ_SRC)
+# (gguf engineer) objects built one by one so that *_avx2.c / *_avx512.c get their ISA flags
+FUZZ_OBJ := $(FUZZ_SRC:%.c=build/fuzz/%.o)
+build/fuzz/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(BASEFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ fuzz/gguf_fuzz.c $(FUZZ_SRC) -lm
+	clang $(BASEFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined $(isa_flags) -c $< -o $@
+build/fuzz/gguf_fuzz: fuzz/gguf_fuzz.c $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	clang $(BASEFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ fuzz/gguf_fuzz.c $(FUZZ_OBJ) -lm
 
 clean:
 	rm -rf build libkiln.a libkiln.so kiln kiln.pc

@@ -8,9 +8,27 @@ need=""
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"
-[ -z "$need" ] && exit 0
-echo "kiln: installing build dependencies:$need"
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq $need >/dev/null
+if [ -n "$need" ]; then
+    echo "kiln: installing build dependencies:$need"
+    $SUDO apt-get update -qq >/dev/null
+    $SUDO apt-get install -y -qq $need >/dev/null
+fi
+# Optional: the libFuzzer runtime for `make fuzz`, only where clang exists; never fails the script.
+if command -v clang >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    probe=$(mktemp -d 2>/dev/null || echo /tmp/kiln-fuzz-probe.$$)
+    mkdir -p "$probe"
+    echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return (int)(d[0] + n) * 0; }' > "$probe/p.c"
+    if ! clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" >/dev/null 2>&1; then
+        ver=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+        if [ -n "$ver" ]; then
+            echo "kiln: installing the libFuzzer runtime (libclang-rt-$ver-dev), optional"
+            { $SUDO apt-get install -y -qq "libclang-rt-$ver-dev" >/dev/null 2>&1 ||
+              $SUDO apt-get install -y -qq "libclang-common-$ver-dev" >/dev/null 2>&1; } ||
+                echo "kiln: libFuzzer runtime not available; make fuzz and the fuzz smoke test will be skipped"
+        fi
+    fi
+    rm -rf "$probe"
+fi
+exit 0

@@ -423,3 +423,81 @@ TEST(gguf_facts_quant_vectors) {
     CHECK_EQ_INT(x8k->nbytes, 4 * 292);
     gguf_close(f);
 }
+
+/* ---- libFuzzer smoke run (~30 s) on a seed corpus from shared/models ---- */
+
+/* Writes a shrunk copy of src: the same metadata, every tensor one block row of its type (zero bytes), so
+ * the fuzzer sees small valid files with real metadata and tensor tables. */
+static kiln_status write_shrunk(const gguf_file *src, const char *path) {
+    gguf_writer *w;
+    KILN_TRY(gguf_writer_open(&w));
+    static const uint8_t zeros[512];
+    kiln_status st = KILN_OK;
+    for (size_t i = 0; i < gguf_n_kv(src) && !st; i++) {
+        const gguf_kv *kv = gguf_kv_at(src, i);
+        char key[1024];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        st = gguf_set_value(w, key, &kv->value);
+    }
+    for (size_t i = 0; i < gguf_n_tensors(src) && !st; i++) {
+        const gguf_tensor *t = gguf_tensor_at(src, i);
+        char name[1024];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        uint64_t ne[1] = {kiln_type_get(t->type)->block_size};
+        st = gguf_add_tensor(w, name, t->type, 1, ne, zeros);
+    }
+    if (!st) st = gguf_writer_write(w, path, NULL, NULL);
+    gguf_writer_close(w);
+    return st;
+}
+
+static const char *corpus_dir;
+static int n_seeds;
+static int seed_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)ftw;
+    size_t n = strlen(path);
+    if (flag != FTW_F || n < 5 || strcmp(path + n - 5, ".gguf")) return 0;
+    const char *base = strrchr(path, '/') + 1;
+    char out[1024], cmd[2200];
+    if (sb->st_size <= 1300000) { /* small files as they are */
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s/%s'", path, corpus_dir, base);
+        CHECK(system(cmd) == 0);
+        n_seeds++;
+    }
+    gguf_file *f;
+    if (gguf_open(path, &f) != KILN_OK) return 0;
+    if (gguf_n_tensors(f) && gguf_data_offset(f) < 200000) {
+        snprintf(out, sizeof out, "%s/shrunk-%s", corpus_dir, base);
+        CHECK_OK(write_shrunk(f, out));
+        n_seeds++;
+    }
+    gguf_close(f);
+    return 0;
+}
+
+TEST(gguf_fuzz_smoke_30s) {
+    const char *fuzzer = "build/fuzz/gguf_fuzz";
+    struct stat sb;
+    if (stat(fuzzer, &sb) != 0) {
+        test_skip("%s not built (needs clang with the libFuzzer runtime: make fuzz)", fuzzer);
+        return;
+    }
+    corpus_dir = "fuzz/corpus"; /* git-ignored; libFuzzer adds what it finds here */
+    REQUIRE(system("mkdir -p fuzz/corpus") == 0);
+    n_seeds = 0;
+    REQUIRE(nftw(test_shared("models"), seed_one, 16, FTW_PHYS) == 0);
+    REQUIRE(nftw(test_shared("quant"), seed_one, 16, FTW_PHYS) == 0);
+    CHECK(n_seeds >= 20);
+    char cmd[1024], log[600];
+    snprintf(log, sizeof log, "%s/fuzz.log", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s -max_total_time=30 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "
+             "%s > %s 2>&1", fuzzer, corpus_dir, log);
+    int rc = system(cmd);
+    char *text = test_read_file(log, NULL);
+    REQUIRE(text);
+    const char *done = strstr(text, "stat::number_of_executed_units:");
+    printf("seeds %d; %s", n_seeds, done ? done : "(no final stats)\n");
+    CHECKF(rc == 0 && done && !strstr(text, "ERROR:") && !strstr(text, "deadly signal"),
+           "fuzzer failed (rc %d):\n%.4000s", rc, text);
+    free(text);
+}
