@@ -40,4 +40,20 @@ size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, char *buf, size
 /* The token's text as stored in the vocabulary (for printing ids and pieces). */
 gguf_str kiln_tokenizer_token_text(const kiln_tokenizer *t, int32_t id);
 
+/* ---- additions by the tokenizer engineer ---- */
+
+/* The pre-tokenizer in use ("default" for SPM and for unknown/missing tokenizer.ggml.pre). */
+const char *kiln_tokenizer_pre_name(const kiln_tokenizer *t);
+/* An upper bound of the bytes one token decodes to (size buffers for kiln_tokenizer_piece with it). */
+size_t kiln_tokenizer_max_piece_len(const kiln_tokenizer *t);
+/* True for SPM vocabularies that put a dummy-prefix space before the text. */
+bool kiln_tokenizer_add_space_prefix(const kiln_tokenizer *t);
+/* True when id is a CONTROL token (decodes to nothing; never produced from plain text). */
+bool kiln_tokenizer_is_control(const kiln_tokenizer *t, int32_t id);
+/* The id of the token whose stored text is exactly text[0..len), -1 when none. */
+int32_t kiln_tokenizer_find(const kiln_tokenizer *t, const char *text, size_t len);
+/* As kiln_tokenizer_piece, but writes the piece's bytes from offset skip on (for pieces longer than a buffer).
+ * Returns the piece's total length minus skip (0 when skip is past the end). */
+size_t kiln_tokenizer_piece_at(const kiln_tokenizer *t, int32_t id, size_t skip, char *buf, size_t cap);
+
 #endif

@@ -1,0 +1,688 @@
+/*
+ * tokenizer.c — loading a tokenizer from GGUF metadata (tokens, scores, types, merges, special ids, flags),
+ * the lookup tables, the special-token split that runs before SPM/BPE, encode dispatch and token pieces.
+ *
+ * Compatibility target: llama.cpp's llama_vocab (load, tokenizer_st_partition, token_to_piece with
+ * special=false). Differences on purpose: a BPE vocabulary without a BOS id reports -1 (not llama.cpp's
+ * legacy default 11), and CONTROL/UNKNOWN tokens are never produced from plain text.
+ */
+#include "tokenizer/tok_internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
+
+/* ---------------------------------------------------------------- hashing */
+
+uint64_t tok_hash(const char *p, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++) w |= (uint64_t)(uint8_t)p[i] << (8 * i);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ull;
+    h ^= h >> 29;
+    return h;
+}
+
+int32_t tok_lookup_h(const kiln_tokenizer *t, const char *p, size_t n, uint64_t h) {
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
+        const tok_slot *s = &t->vocab_slots[i];
+        if (!s->id1) return -1;
+        if (s->tag == tag) {
+            const gguf_str *tx = &t->text[s->id1 - 1];
+            if (tx->len == n && !memcmp(tx->ptr, p, n)) return (int32_t)(s->id1 - 1);
+        }
+    }
+}
+
+int32_t tok_merge_rank(const kiln_tokenizer *t, const char *l, size_t nl, uint64_t hl, const char *r, size_t nr,
+                       uint64_t hr) {
+    if (!t->merge_slots) return -1;
+    uint64_t h = tok_pair_hash(hl, hr);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
+        const tok_slot *s = &t->merge_slots[i];
+        if (!s->id1) return -1;
+        if (s->tag == tag) {
+            const tok_merge *m = &t->merges[s->id1 - 1];
+            if (m->n_left == nl && m->n_right == nr && !memcmp(m->text, l, nl) &&
+                !memcmp(m->text + nl + 1, r, nr))
+                return (int32_t)(s->id1 - 1);
+        }
+    }
+}
+
+static uint32_t table_size_for(size_t n) {
+    size_t want = n + n / 2 + 16, sz = 64;
+    while (sz < want) sz <<= 1;
+    return (uint32_t)sz;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static bool key_present(const gguf_file *f, const char *key) { return gguf_find(f, key) != NULL; }
+
+/* Reads an optional token id key; ids outside the vocabulary keep the default (with a warning). */
+static kiln_status read_token_id(const gguf_file *f, const char *key, int n_vocab, int32_t *id) {
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return KILN_OK;
+    int64_t v;
+    KILN_TRY(gguf_get_i64(f, key, &v));
+    if (v < 0 || v >= n_vocab) {
+        /* GGUF writers use 0xFFFFFFFF for "none" */
+        if (v != 0xFFFFFFFFll && v != -1)
+            KILN_WARN("tokenizer: %s = %lld is outside the vocabulary (%d tokens); ignored", key, (long long)v, n_vocab);
+        return KILN_OK;
+    }
+    *id = (int32_t)v;
+    return KILN_OK;
+}
+
+static kiln_status read_bool(const gguf_file *f, const char *key, bool *out) {
+    if (!key_present(f, key)) return KILN_OK;
+    return gguf_get_bool(f, key, out);
+}
+
+static void add_eog(kiln_tokenizer *t, int32_t id) {
+    if (id < 0) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    if (t->n_eog < TOK_MAX_EOG) t->eog[t->n_eog++] = id;
+}
+
+/* Finds the first text of list present in the vocabulary; marks it CONTROL (llama.cpp overrides the type of
+ * control-looking tokens). Returns the id or -1. */
+static int32_t find_marked(kiln_tokenizer *t, const char *const *list, size_t n, bool all_to_eog) {
+    int32_t first = -1;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok_lookup(t, list[i], strlen(list[i]));
+        if (id < 0) continue;
+        t->attr[id] |= TOK_ATTR_CONTROL;
+        if (first < 0) first = id;
+        if (all_to_eog) add_eog(t, id);
+        else break;
+    }
+    return first;
+}
+
+static int cmp_special(const void *a, const void *b, void *ctx) {
+    const kiln_tokenizer *t = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (t->text[x].len != t->text[y].len) return t->text[x].len > t->text[y].len ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static kiln_status build_vocab(kiln_tokenizer *t, const gguf_arr *tokens) {
+    int n = t->n_vocab;
+    t->text = kiln_malloc(sizeof *t->text * (size_t)n);
+    t->score = kiln_calloc((size_t)n, sizeof *t->score);
+    t->attr = kiln_malloc((size_t)n);
+    uint32_t slots = table_size_for((size_t)n);
+    t->vocab_slots = kiln_calloc(slots, sizeof *t->vocab_slots);
+    if (!t->text || !t->score || !t->attr || !t->vocab_slots)
+        return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %d tokens", n);
+    t->vocab_mask = slots - 1;
+    size_t n_dup = 0;
+    int32_t first_dup = -1;
+    for (int i = 0; i < n; i++) {
+        gguf_str s = gguf_arr_str(tokens, (uint64_t)i);
+        t->text[i] = s;
+        t->attr[i] = TOK_ATTR_NORMAL;
+        if (s.len > t->max_token_len) t->max_token_len = (size_t)s.len;
+        if (s.len == 0) continue;   /* never matched by text */
+        uint64_t h = tok_hash(s.ptr, (size_t)s.len);
+        uint32_t tag = (uint32_t)(h >> 32);
+        uint32_t j = (uint32_t)h & t->vocab_mask;
+        for (;; j = (j + 1) & t->vocab_mask) {
+            tok_slot *sl = &t->vocab_slots[j];
+            if (!sl->id1) {
+                sl->id1 = (uint32_t)i + 1;
+                sl->tag = tag;
+                break;
+            }
+            if (sl->tag == tag) {
+                const gguf_str *o = &t->text[sl->id1 - 1];
+                if (o->len == s.len && !memcmp(o->ptr, s.ptr, (size_t)s.len)) {
+                    if (!n_dup++) first_dup = i;
+                    break;  /* the first id keeps the text */
+                }
+            }
+        }
+    }
+    if (n_dup)
+        KILN_WARN("tokenizer: %zu duplicate token texts (first at id %d); the lowest id keeps each text", n_dup,
+                  (int)first_dup);
+    return KILN_OK;
+}
+
+static kiln_status build_merges(kiln_tokenizer *t, const gguf_arr *merges) {
+    if (merges->n > 0x7FFFFFFFu) return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: %llu entries is too many",
+                                                  (unsigned long long)merges->n);
+    uint32_t n = (uint32_t)merges->n;
+    t->merges = kiln_malloc(sizeof *t->merges * (n ? n : 1));
+    uint32_t slots = table_size_for(n);
+    t->merge_slots = kiln_calloc(slots, sizeof *t->merge_slots);
+    if (!t->merges || !t->merge_slots) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %u merges", n);
+    t->merge_mask = slots - 1;
+    t->n_merges = n;
+    for (uint32_t i = 0; i < n; i++) {
+        gguf_str s = gguf_arr_str(merges, i);
+        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', (size_t)s.len - 1) : NULL;
+        tok_merge *m = &t->merges[i];
+        m->text = s.ptr;
+        if (!sp) {   /* malformed entry: never matches (llama.cpp maps it to an empty pair) */
+            m->n_left = m->n_right = 0;
+            continue;
+        }
+        m->n_left = (uint32_t)(sp - s.ptr);
+        m->n_right = (uint32_t)(s.len - m->n_left - 1);
+        uint64_t h = tok_pair_hash(tok_hash(s.ptr, m->n_left), tok_hash(sp + 1, m->n_right));
+        uint32_t tag = (uint32_t)(h >> 32);
+        for (uint32_t j = (uint32_t)h & t->merge_mask;; j = (j + 1) & t->merge_mask) {
+            tok_slot *sl = &t->merge_slots[j];
+            if (!sl->id1) {
+                sl->id1 = i + 1;
+                sl->tag = tag;
+                break;
+            }
+            if (sl->tag == tag) {
+                const tok_merge *o = &t->merges[sl->id1 - 1];
+                if (o->n_left == m->n_left && o->n_right == m->n_right && !memcmp(o->text, m->text, s.len))
+                    break;  /* duplicate merge: the first rank wins */
+            }
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status load_arrays(kiln_tokenizer *t, const gguf_file *f) {
+    gguf_arr tokens;
+    KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &tokens));
+    if (tokens.n == 0 || tokens.n > 0x7FFFFFF0u)
+        return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens is out of range",
+                         (unsigned long long)tokens.n);
+    t->n_vocab = (int)tokens.n;
+    KILN_TRY(build_vocab(t, &tokens));
+
+    const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.scores");
+    if (kv) {
+        if (kv->value.type != GGUF_VT_ARRAY ||
+            (kv->value.v.arr.elem != GGUF_VT_F32 && kv->value.v.arr.elem != GGUF_VT_I32))
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores at offset %llu: expected an array of f32",
+                             (unsigned long long)kv->offset);
+        const gguf_arr *a = &kv->value.v.arr;
+        if (a->n < tokens.n)
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores at offset %llu: %llu scores for %llu tokens",
+                             (unsigned long long)kv->offset, (unsigned long long)a->n, (unsigned long long)tokens.n);
+        if (a->elem == GGUF_VT_F32) {
+            memcpy(t->score, a->data, sizeof(float) * (size_t)t->n_vocab);
+        } else {
+            for (int i = 0; i < t->n_vocab; i++) {
+                int32_t v;
+                memcpy(&v, a->data + 4 * (size_t)i, 4);
+                t->score[i] = (float)v;
+            }
+        }
+    }
+    kv = gguf_find(f, "tokenizer.ggml.token_type");
+    if (kv) {
+        if (kv->value.type != GGUF_VT_ARRAY || kv->value.v.arr.elem != GGUF_VT_I32)
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type at offset %llu: expected an array of i32",
+                             (unsigned long long)kv->offset);
+        const gguf_arr *a = &kv->value.v.arr;
+        if (a->n < tokens.n)
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type at offset %llu: %llu types for %llu tokens",
+                             (unsigned long long)kv->offset, (unsigned long long)a->n, (unsigned long long)tokens.n);
+        static const uint8_t map[7] = {0, TOK_ATTR_NORMAL, TOK_ATTR_UNKNOWN, TOK_ATTR_CONTROL,
+                                       TOK_ATTR_USER_DEFINED, TOK_ATTR_UNUSED, TOK_ATTR_BYTE};
+        for (int i = 0; i < t->n_vocab; i++) {
+            int32_t v;
+            memcpy(&v, a->data + 4 * (size_t)i, 4);
+            t->attr[i] = (v >= 0 && v < 7) ? map[v] : 0;   /* 0: undefined (decodes to nothing) */
+        }
+    }
+    if (t->kind == TOK_KIND_BPE) {
+        gguf_arr merges;
+        if (!key_present(f, "tokenizer.ggml.merges"))
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: missing (required for a gpt2 tokenizer)");
+        KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges));
+        KILN_TRY(build_merges(t, &merges));
+    }
+    return KILN_OK;
+}
+
+static kiln_status load_specials(kiln_tokenizer *t, const gguf_file *f) {
+    int n = t->n_vocab;
+    if (t->kind == TOK_KIND_SPM) {
+        t->bos = 1 < n ? 1 : -1;
+        t->eos = 2 < n ? 2 : -1;
+        t->unk = 0;
+        t->add_bos = true;
+        t->add_space_prefix = true;
+    } else {
+        t->bos = t->eos = t->unk = -1;
+        t->add_bos = false;
+        t->add_space_prefix = false;
+    }
+    t->pad = t->eot = t->eom = -1;
+    int32_t fim_pad = -1, fim_rep = -1, fim_sep = -1;
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.bos_token_id", n, &t->bos));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.eos_token_id", n, &t->eos));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.eot_token_id", n, &t->eot));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.eom_token_id", n, &t->eom));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.unknown_token_id", n, &t->unk));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.padding_token_id", n, &t->pad));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.fim_pad_token_id", n, &fim_pad));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.fim_rep_token_id", n, &fim_rep));
+    KILN_TRY(read_token_id(f, "tokenizer.ggml.fim_sep_token_id", n, &fim_sep));
+    KILN_TRY(read_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos));
+    if (t->kind == TOK_KIND_SPM) KILN_TRY(read_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix));
+    if (t->add_bos && t->bos < 0) {
+        KILN_WARN("tokenizer: add_bos_token is set but there is no BOS token; BOS will not be added");
+        t->add_bos = false;
+    }
+
+    /* control-looking tokens found by their text (llama.cpp's list), which also define end-of-generation */
+    static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                            "<|end_of_text|>", "<EOT>", "_<EOT>", "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+                                            "<end_of_utterance>"};
+    static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"};
+    static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+    static const char *const fim_sep_texts[] = {"<|file_sep|>"};
+    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                            "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+                                            "<end_of_utterance>", "<eos>",
+                                            "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>"};
+    if (t->eot < 0) t->eot = find_marked(t, eot_texts, sizeof eot_texts / sizeof *eot_texts, false);
+    if (t->eom < 0) t->eom = find_marked(t, (const char *const[]){"<|eom_id|>"}, 1, false);
+    if (fim_pad < 0) fim_pad = find_marked(t, fim_pad_texts, sizeof fim_pad_texts / sizeof *fim_pad_texts, false);
+    if (fim_rep < 0) fim_rep = find_marked(t, fim_rep_texts, sizeof fim_rep_texts / sizeof *fim_rep_texts, false);
+    if (fim_sep < 0) fim_sep = find_marked(t, fim_sep_texts, 1, false);
+    add_eog(t, fim_pad);
+    add_eog(t, fim_rep);
+    add_eog(t, fim_sep);
+    find_marked(t, eog_texts, sizeof eog_texts / sizeof *eog_texts, true);
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    add_eog(t, t->eom);
+
+    /* the special-token split list: longest text first */
+    int n_special = 0;
+    for (int i = 0; i < n; i++)
+        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && t->text[i].len) n_special++;
+    t->special = kiln_malloc(sizeof *t->special * (size_t)(n_special ? n_special : 1));
+    if (!t->special) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory");
+    for (int i = 0; i < n; i++)
+        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && t->text[i].len)
+            t->special[t->n_special++] = i;
+    qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
+
+    /* per-model strip attributes (llama.cpp keys them on general.name) */
+    gguf_str name = {0};
+    if (key_present(f, "general.name") && gguf_get_str(f, "general.name", &name) == KILN_OK) {
+        char low[128];
+        size_t m = name.len < sizeof low - 1 ? (size_t)name.len : sizeof low - 1;
+        for (size_t i = 0; i < m; i++) low[i] = (char)tolower((unsigned char)name.ptr[i]);
+        low[m] = 0;
+        if (strstr(low, "phi-3") || strstr(low, "phi3")) {
+            for (int i = 0; i < t->n_special; i++) t->attr[t->special[i]] |= TOK_ATTR_RSTRIP;
+            int32_t id = tok_lookup(t, "</s>", 4);
+            if (id >= 0) t->attr[id] |= TOK_ATTR_RSTRIP;
+            static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+            for (size_t i = 0; i < 3; i++) {
+                id = tok_lookup(t, keep[i], strlen(keep[i]));
+                if (id >= 0) t->attr[id] &= (uint8_t)~TOK_ATTR_RSTRIP;
+            }
+        }
+    }
+
+    /* SPM byte fallback */
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        int32_t id = tok_lookup(t, buf, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = tok_lookup(t, &c, 1);
+        }
+        t->byte_token[b] = id;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_tokenizer_open(const gguf_file *f, kiln_tokenizer **out) {
+    KILN_ASSERT(f && out);
+    *out = NULL;
+    gguf_str model;
+    if (!key_present(f, "tokenizer.ggml.model"))
+        return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.model: missing (the file has no tokenizer)");
+    KILN_TRY(gguf_get_str(f, "tokenizer.ggml.model", &model));
+    tok_kind kind;
+    if (gguf_str_eq(model, "llama")) kind = TOK_KIND_SPM;
+    else if (gguf_str_eq(model, "gpt2")) kind = TOK_KIND_BPE;
+    else
+        return kiln_fail(KILN_ERR_UNSUPPORTED,
+                         "tokenizer.ggml.model = '%.*s' is not supported (supported: llama (SentencePiece), gpt2 "
+                         "(byte-level BPE))",
+                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
+
+    kiln_tokenizer *t = kiln_calloc(1, sizeof *t);
+    if (!t) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory");
+    t->kind = kind;
+    snprintf(t->model_name, sizeof t->model_name, "%s", kind == TOK_KIND_SPM ? "llama" : "gpt2");
+    kiln_status st = load_arrays(t, f);
+    if (st == KILN_OK) st = load_specials(t, f);
+    if (st == KILN_OK && kind == TOK_KIND_BPE) {
+        tok_bytes_init();
+        char pre[64] = "";
+        if (key_present(f, "tokenizer.ggml.pre")) {
+            gguf_str p;
+            st = gguf_get_str(f, "tokenizer.ggml.pre", &p);
+            if (st == KILN_OK) snprintf(pre, sizeof pre, "%.*s", (int)(p.len > 63 ? 63 : p.len), p.ptr);
+        } else {
+            KILN_WARN("tokenizer: tokenizer.ggml.pre is missing; using the default pre-tokenizer");
+        }
+        const char *used = NULL;
+        bool ignore_merges = false, add_bos_default = false;
+        if (st == KILN_OK) st = tok_pretok_open(pre[0] ? pre : "default", &t->pretok, &ignore_merges, &used);
+        if (st == KILN_OK) {
+            t->ignore_merges = ignore_merges;
+            snprintf(t->pre_name, sizeof t->pre_name, "%s", used);
+            /* the llama3 family adds BOS unless the file says otherwise */
+            add_bos_default = ignore_merges && t->bos >= 0;
+            if (add_bos_default && !key_present(f, "tokenizer.ggml.add_bos_token")) t->add_bos = true;
+        }
+    } else if (st == KILN_OK) {
+        snprintf(t->pre_name, sizeof t->pre_name, "default");
+    }
+    if (st == KILN_OK && key_present(f, "tokenizer.chat_template")) {
+        gguf_str tpl;
+        st = gguf_get_str(f, "tokenizer.chat_template", &tpl);
+        if (st == KILN_OK) {
+            t->chat_template = kiln_strndup(tpl.ptr, (size_t)tpl.len);
+            if (!t->chat_template) st = kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory");
+        }
+    }
+    if (st != KILN_OK) {
+        kiln_tokenizer_close(t);
+        return st;
+    }
+    *out = t;
+    return KILN_OK;
+}
+
+void kiln_tokenizer_close(kiln_tokenizer *t) {
+    if (!t) return;
+    tok_pretok_close(t->pretok);
+    kiln_free(t->text);
+    kiln_free(t->score);
+    kiln_free(t->attr);
+    kiln_free(t->vocab_slots);
+    kiln_free(t->merges);
+    kiln_free(t->merge_slots);
+    kiln_free(t->special);
+    kiln_free(t->chat_template);
+    kiln_free(t);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+int kiln_tokenizer_n_vocab(const kiln_tokenizer *t) { return t->n_vocab; }
+int32_t kiln_tokenizer_bos(const kiln_tokenizer *t) { return t->bos; }
+int32_t kiln_tokenizer_eos(const kiln_tokenizer *t) { return t->eos; }
+bool kiln_tokenizer_add_bos(const kiln_tokenizer *t) { return t->add_bos; }
+const char *kiln_tokenizer_model_name(const kiln_tokenizer *t) { return t->model_name; }
+const char *kiln_tokenizer_chat_template(const kiln_tokenizer *t) { return t->chat_template; }
+const char *kiln_tokenizer_pre_name(const kiln_tokenizer *t) { return t->pre_name; }
+size_t kiln_tokenizer_max_piece_len(const kiln_tokenizer *t) { return t->max_token_len > 8 ? t->max_token_len : 8; }
+bool kiln_tokenizer_add_space_prefix(const kiln_tokenizer *t) { return t->add_space_prefix; }
+
+bool kiln_tokenizer_is_eog(const kiln_tokenizer *t, int32_t id) {
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+bool kiln_tokenizer_is_control(const kiln_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && (t->attr[id] & TOK_ATTR_CONTROL);
+}
+
+int32_t kiln_tokenizer_find(const kiln_tokenizer *t, const char *text, size_t len) {
+    if (!len) return -1;
+    return tok_lookup(t, text, len);
+}
+
+gguf_str kiln_tokenizer_token_text(const kiln_tokenizer *t, int32_t id) {
+    if (id < 0 || id >= t->n_vocab) return (gguf_str){"", 0};
+    return t->text[id];
+}
+
+/* ---------------------------------------------------------------- special-token split */
+
+typedef struct tok_frag { size_t off, len; int32_t id; } tok_frag;   /* id < 0: raw text */
+
+typedef struct frag_list { tok_frag *v; size_t n, cap; } frag_list;
+
+static bool frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        tok_frag *v = kiln_realloc(l->v, cap * sizeof *v);
+        if (!v) return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (tok_frag){off, len, id};
+    return true;
+}
+
+static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* Splits the raw fragments of *cur on every occurrence of special token id (into *next), like llama.cpp's
+ * tokenizer_st_partition for one token. Returns false on allocation failure. */
+static bool split_on(const kiln_tokenizer *t, const char *text, int32_t id, frag_list *cur, frag_list *next,
+                     bool *changed) {
+    const char *tx = t->text[id].ptr;
+    size_t tn = (size_t)t->text[id].len;
+    uint8_t a = t->attr[id];
+    next->n = 0;
+    *changed = false;
+    for (size_t k = 0; k < cur->n; k++) {
+        tok_frag fr = cur->v[k];
+        if (fr.id >= 0 || fr.len < tn) {
+            if (!frag_push(next, fr.off, fr.len, fr.id)) return false;
+            continue;
+        }
+        size_t off = fr.off, len = fr.len;
+        for (;;) {
+            const char *hit = len >= tn ? memmem(text + off, len, tx, tn) : NULL;
+            if (!hit) {
+                if (len > 0 && !frag_push(next, off, len, -1)) return false;
+                break;
+            }
+            *changed = true;
+            size_t m = (size_t)(hit - text);
+            size_t left = m - off;
+            if ((a & TOK_ATTR_LSTRIP))
+                while (left > 0 && is_ascii_space(text[off + left - 1])) left--;
+            if (left > 0 && !frag_push(next, off, left, -1)) return false;
+            if (!frag_push(next, 0, 0, id)) return false;
+            size_t roff = m + tn, rlen = off + len - roff;
+            if ((a & TOK_ATTR_RSTRIP))
+                while (rlen > 0 && is_ascii_space(text[roff])) roff++, rlen--;
+            off = roff;
+            len = rlen;
+        }
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- encode */
+
+kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids,
+                                  size_t cap, size_t *n_out) {
+    KILN_ASSERT(t && n_out && (text || !len) && (ids || !cap));
+    *n_out = 0;
+    if (flags & ~(KILN_TOK_ADD_BOS | KILN_TOK_PARSE_SPECIAL))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "tokenize: unknown flags 0x%x", (unsigned)flags);
+    tok_out out = {ids, cap, 0};
+    if ((flags & KILN_TOK_ADD_BOS) && t->add_bos) tok_out_push(&out, t->bos);
+
+    kiln_status st = KILN_OK;
+    frag_list a = {0}, b = {0};
+    if (len > 0) {
+        if (!frag_push(&a, 0, len, -1)) {
+            st = kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
+            goto done;
+        }
+        bool parse_special = (flags & KILN_TOK_PARSE_SPECIAL) != 0;
+        for (int i = 0; i < t->n_special; i++) {
+            int32_t id = t->special[i];
+            if (!parse_special && (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+            bool changed;
+            if (!split_on(t, text, id, &a, &b, &changed)) {
+                st = kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
+                goto done;
+            }
+            if (changed) {
+                frag_list tmp = a;
+                a = b;
+                b = tmp;
+            }
+        }
+    }
+    bool prev_special = true;   /* SPM: the dummy prefix goes before the first text and after special tokens */
+    for (size_t k = 0; k < a.n && st == KILN_OK; k++) {
+        tok_frag fr = a.v[k];
+        if (fr.id >= 0) {
+            tok_out_push(&out, fr.id);
+            prev_special = true;
+            continue;
+        }
+        if (t->kind == TOK_KIND_SPM) {
+            st = tok_spm_encode(t, text + fr.off, fr.len, t->add_space_prefix && prev_special, &out);
+        } else {
+            st = tok_bpe_encode(t, text + fr.off, fr.len, &out);
+        }
+        prev_special = false;
+    }
+done:
+    kiln_free(a.v);
+    kiln_free(b.v);
+    if (st != KILN_OK) return st;
+    *n_out = out.n;
+    if (out.n > cap)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit the %zu given", out.n, cap);
+    return KILN_OK;
+}
+
+/* ---------------------------------------------------------------- pieces */
+
+/* Appends bytes to buf at *pos, skipping the first `skip` bytes of the piece overall. */
+typedef struct piece_sink { char *buf; size_t cap, skip, pos; } piece_sink;
+
+static inline void sink_put(piece_sink *s, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s->skip) {
+            s->skip--;
+            continue;
+        }
+        if (s->pos < s->cap) s->buf[s->pos] = p[i];
+        s->pos++;
+    }
+}
+
+size_t kiln_tokenizer_piece_at(const kiln_tokenizer *t, int32_t id, size_t skip, char *buf, size_t cap) {
+    if (id < 0 || id >= t->n_vocab) return 0;
+    uint8_t a = t->attr[id];
+    const char *p = t->text[id].ptr;
+    size_t n = (size_t)t->text[id].len;
+    piece_sink s = {buf, cap, skip, 0};
+    if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) return 0;
+    if (a & TOK_ATTR_USER_DEFINED) {
+        sink_put(&s, p, n);
+    } else if (a & TOK_ATTR_NORMAL) {
+        if (t->kind == TOK_KIND_SPM) {
+            for (size_t i = 0; i < n;) {
+                if (i + 3 <= n && (uint8_t)p[i] == 0xE2 && (uint8_t)p[i + 1] == 0x96 && (uint8_t)p[i + 2] == 0x81) {
+                    sink_put(&s, " ", 1);
+                    i += 3;
+                } else {
+                    sink_put(&s, p + i, 1);
+                    i++;
+                }
+            }
+        } else {
+            /* invert the byte mapping; code points outside it pass through as UTF-8 */
+            for (size_t i = 0; i < n;) {
+                size_t l = tok_utf8_len((uint8_t)p[i]);
+                if (i + l > n) l = n - i;
+                uint32_t cp = (uint8_t)p[i];
+                if (l == 2) cp = ((cp & 0x1Fu) << 6) | ((uint8_t)p[i + 1] & 0x3Fu);
+                int b = (l <= 2) ? tok_cp_to_byte(cp) : -1;
+                if (b >= 0) {
+                    char c = (char)b;
+                    sink_put(&s, &c, 1);
+                } else {
+                    sink_put(&s, p + i, l);
+                }
+                i += l;
+            }
+        }
+    } else if (a & TOK_ATTR_BYTE) {
+        if (n == 6 && p[0] == '<' && p[1] == '0' && p[2] == 'x' && isxdigit((unsigned char)p[3]) &&
+            isxdigit((unsigned char)p[4])) {
+            char hex[3] = {p[3], p[4], 0};
+            char c = (char)strtol(hex, NULL, 16);
+            sink_put(&s, &c, 1);
+        } else {
+            sink_put(&s, p, n);
+        }
+    }
+    return s.pos;
+}
+
+size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, char *buf, size_t cap) {
+    return kiln_tokenizer_piece_at(t, id, 0, buf, cap);
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+size_t tok_utf8_valid_prefix(const char *str, size_t len) {
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07, min = 0x10000;
+        else return i;
+        if (i + n > len) return i;
+        for (size_t k = 1; k < n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += n;
+    }
+    return len;
+}
