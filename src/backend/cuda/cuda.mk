@@ -1,0 +1,55 @@
+# cuda.mk — the optional CUDA backend, included by the Makefile after NVCC and CU_SRC are set.
+# With nvcc and sources: builds one fatbinary with SASS for every supported arch plus PTX of the newest
+# (so no supported GPU ever JIT-compiles), and defines CU_OBJ, CUDA_DEFS, CUDA_LDLIBS and the targets
+#   make test-cuda    GPU tests (non-ASan binary build/cuda/kiln_tests_cuda; they skip without a GPU)
+#   make bench-cuda   the H200 benchmarks of bench/cuda_bench.sh
+# Without nvcc it defines nothing and prints one line.
+ifneq ($(strip $(NVCC)),)
+ifneq ($(strip $(CU_SRC)),)
+
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+# SASS for these archs where this nvcc knows them, PTX for the newest of them
+CUDA_WANT_SASS := 80 86 89 90 100 110 120
+CUDA_KNOWN := $(shell $(NVCC) --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p')
+ifeq ($(strip $(CUDA_KNOWN)),)
+CUDA_KNOWN := 80 86 89 90
+endif
+CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_WANT_SASS))
+CUDA_PTX := $(lastword $(CUDA_SASS))
+CUDA_GENCODE := $(foreach a,$(CUDA_SASS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+
+CU_OBJ := $(CU_SRC:%.cu=build/cuda/%.o)
+CUDA_DEFS := -DKILN_HAVE_CUDA
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+NVCCFLAGS := -std=c++17 -O3 -Iinclude -Isrc -DKILN_HAVE_CUDA -Xcompiler -fPIC,-Wall,-Wno-unused-function \
+             -DKILN_CUDA_ARCHS='"$(CUDA_SASS)"' -DKILN_CUDA_PTX=$(CUDA_PTX) $(CUDA_GENCODE)
+
+build/cuda/%.o: %.cu $(wildcard src/backend/cuda/*.cuh) $(wildcard src/backend/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# ---- GPU tests: the same tests/*.c without ASan (the CUDA driver and ASan do not mix)
+CUDA_TEST_OBJ := $(TEST_SRC:%.c=build/cudatest/%.o)
+CUDA_TEST_LIB := $(LIB_SRC:%.c=build/rel/%.o) $(filter-out build/rel/src/cli/main.o,$(CLI_SRC:%.c=build/rel/%.o))
+
+build/cudatest/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) -c $< -o $@
+
+build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ)
+	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS)
+
+.PHONY: test-cuda bench-cuda
+test-cuda: build/cuda/kiln_tests_cuda kiln
+	@KILN_SHARED=$(KILN_SHARED) KILN_BIN=./kiln KILN_REL_BIN=./kiln build/cuda/kiln_tests_cuda cuda
+
+bench-cuda: kiln
+	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_bench.sh
+
+else
+$(info kiln: no CUDA sources, building without CUDA)
+endif
+else
+$(info kiln: nvcc not found, building without CUDA)
+endif

@@ -1,0 +1,75 @@
+/*
+ * cuda_api.h — what the rest of kiln (CLI, tests, benchmarks) may ask of the CUDA backend besides the
+ * backend table: the archs built into the fatbinary, the GPU found, per-session facts (upload rate,
+ * conversions), a switch between graph replay and eager launches, and single-kernel entry points that
+ * the tests compare with scalar references. Declared only when kiln is built with CUDA (KILN_HAVE_CUDA).
+ */
+#ifndef KILN_CUDA_API_H
+#define KILN_CUDA_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef KILN_HAVE_CUDA
+
+typedef struct kiln_cuda_device_info {
+    bool present;              /* a GPU was found and answered */
+    char name[256];
+    int cc_major, cc_minor;
+    int n_sm;
+    uint64_t mem_bytes;
+    int driver_version, runtime_version;  /* e.g. 13000 */
+    int sass_arch;             /* the built SASS arch this GPU runs (e.g. 90); 0 when none fits */
+    bool would_jit;            /* no SASS fits: the driver would compile the embedded PTX */
+    bool unsupported;          /* neither SASS nor PTX can run on it */
+    char reason[256];          /* why present is false */
+} kiln_cuda_device_info;
+
+/* The archs compiled into the fatbinary, e.g. "sm_80 sm_86 sm_89 sm_90 sm_100 sm_120 + compute_120 PTX". */
+const char *kiln_cuda_archs_built(void);
+
+/* Looks for a GPU (device 0). Never fails: out->present says whether one was found, out->reason why not.
+ * When no CUDA driver library is installed it does not touch the CUDA runtime at all. */
+void kiln_cuda_probe(kiln_cuda_device_info *out);
+
+/* Per-session facts of an open CUDA backend state (the void *state of its ops). */
+typedef struct kiln_cuda_session_info {
+    uint64_t arena_bytes, weight_bytes, file_weight_bytes;
+    double upload_gbps;        /* file bytes / upload time */
+    int n_converted;           /* weights converted at open (types without a kernel) */
+    char converted[256];       /* e.g. "q5_1->f16 x14" */
+    int n_kernels;             /* kernels loaded at open */
+    int graph_nodes;           /* kernels in the decode graph */
+} kiln_cuda_session_info;
+void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
+
+/* Decode through the captured graph (default) or by launching the same kernels eagerly. */
+void kiln_cuda_set_use_graph(void *state, bool use_graph);
+
+/* ---- single kernels for the tests (they allocate; never on a hot path) ---- */
+
+/* y[r] = sum_k W[r][k] * xin[k], W given as GGUF rows of `type` (out rows of in values). With norm_w
+ * non-NULL the input is RMSNorm(x) * norm_w (eps 1e-5) as in the decode path. */
+kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out, const float *x, const float *norm_w,
+                                  float *y);
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16). */
+kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, float *y);
+/* Causal attention of n_tok queries at positions pos0.. over keys 0..pos0+t (K, V: n_keys x n_head_kv*hd),
+ * q: n_tok x n_head*hd, out like q. split: true runs the decode path (split across blocks + combine;
+ * n_tok must be 1), false the prefill path. */
+kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
+                                     int head_dim, int pos0, int n_tok, bool split, float *out);
+
+#endif /* KILN_HAVE_CUDA */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,988 @@
+/*
+ * cuda_backend.cu — the CUDA backend (backend.h) and the facts behind `kiln info`.
+ *
+ * Open does everything once: context, one device arena (weights + F16 KV cache for n_ctx + activations
+ * + logits), the upload of every weight from the map through a pinned double-buffered staging area
+ * (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture
+ * of the decode step as one CUDA graph that reads the token id and position from device memory, and a
+ * device warm pass. After open nothing is allocated, loaded or captured.
+ *
+ * Decode (n == 1): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
+ * argmax); logits come back only when asked for. Prefill (n >= 2): the prefill kernels launched
+ * eagerly (all loaded and warmed at open), tensor-core GEMMs, causal attention.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_kernels.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timing.h"
+#include "formats/formats.h"
+#include "session/backend.h"
+}
+
+#ifndef KILN_CUDA_ARCHS
+#define KILN_CUDA_ARCHS ""
+#endif
+#ifndef KILN_CUDA_PTX
+#define KILN_CUDA_PTX 0
+#endif
+
+#define STAGE_BYTES ((size_t)16 << 20) /* one half of the pinned upload double buffer */
+#define DEC_CHUNK 64                   /* keys per attention block in decode */
+
+/* ------------------------------------------------------------------ helpers */
+
+static kiln_status cuda_fail(cudaError_t e, const char *what) {
+    return kiln_fail(KILN_ERR_DEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CU_TRY(expr, what)                           \
+    do {                                             \
+        cudaError_t e_ = (expr);                     \
+        if (e_ != cudaSuccess) return cuda_fail(e_, what); \
+    } while (0)
+
+static bool type_has_kernel(uint32_t t) {
+    return t == CK_F32 || t == CK_F16 || t == CK_BF16 || t == CK_Q8_0 || t == CK_Q4_0 || t == CK_Q4_K || t == CK_Q6_K;
+}
+
+/* Device layout of a matrix of `type` (after conversion): q bytes per row, scales per row. */
+static void dev_geometry(uint32_t type, int in, long long *row_bytes, int *d_per_row) {
+    *d_per_row = 0;
+    switch (type) {
+    case CK_F32: *row_bytes = (long long)in * 4; break;
+    case CK_F16:
+    case CK_BF16: *row_bytes = (long long)in * 2; break;
+    case CK_Q8_0: *row_bytes = in, *d_per_row = in / 32; break;
+    case CK_Q4_0: *row_bytes = in / 2, *d_per_row = in / 32; break;
+    case CK_Q4_K: *row_bytes = (long long)(in / 256) * 144; break;
+    case CK_Q6_K: *row_bytes = (long long)(in / 256) * 208, *d_per_row = in / 256; break;
+    default: *row_bytes = 0; break;
+    }
+}
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+/* Carves n bytes (256-aligned) from a region; with base == NULL only sums. */
+static void *carve(uint8_t *base, size_t *off, size_t n) {
+    size_t o = align_up(*off, 256);
+    *off = o + n;
+    return base ? base + o : NULL;
+}
+
+/* ------------------------------------------------------------------ state */
+
+typedef struct cu_layer {
+    dev_weight wqkv, wq, wk, wv, wo, wg, wu, wd;
+    bool qkv_fused, gu_dual;
+    float *attn_norm, *ffn_norm;
+} cu_layer;
+
+typedef struct cuda_state {
+    const kiln_model *m;
+    kiln_backend_config cfg;
+    int n_sm;
+    cudaStream_t stream;
+    cudaEvent_t stage_ev[2];
+    cudaGraph_t graph;
+    cudaGraphExec_t gexec;
+    bool use_graph;
+    int graph_nodes;
+
+    uint8_t *arena;
+    size_t arena_bytes, weight_bytes, scratch_off;
+    uint64_t file_weight_bytes;
+    double upload_gbps;
+    int n_converted;
+    char converted[256];
+    int n_kernels;
+
+    cu_layer *layers;
+    dev_weight tok_embd, output;
+    float *output_norm;
+
+    /* dimensions */
+    int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad, n_split;
+    /* scratch */
+    __half *kc, *vc, *xh, *atth, *hh;
+    float *x, *qkv, *g, *u, *hvec, *part, *logits, *arg_val, *rope_freq;
+    int *arg_idx, *arg_out, *params, *ids;
+    unsigned *counter;
+    int max_mv_blocks;
+
+    /* pinned host memory */
+    uint8_t *pinned;
+    uint8_t *h_stage[2];
+    int *h_params, *h_ids, *h_argmax;
+    float *h_logits;
+    float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
+    int stage_i;
+} cuda_state;
+
+/* ------------------------------------------------------------------ probe / info */
+
+extern "C" const char *kiln_cuda_archs_built(void) {
+    static char buf[256];
+    if (!buf[0]) {
+        char archs[128];
+        snprintf(archs, sizeof archs, "%s", KILN_CUDA_ARCHS);
+        size_t n = 0;
+        buf[0] = '\0';
+        for (char *tok = strtok(archs, " "); tok; tok = strtok(NULL, " "))
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%ssm_%s", n ? " " : "", tok);
+        snprintf(buf + n, sizeof buf - n, " + compute_%d PTX", KILN_CUDA_PTX);
+    }
+    return buf;
+}
+
+/* The newest built SASS arch that runs on cc (same major, minor not above the device's). */
+static int sass_for(int major, int minor) {
+    char archs[128];
+    snprintf(archs, sizeof archs, "%s", KILN_CUDA_ARCHS);
+    int best = 0, dev = major * 10 + minor;
+    for (char *tok = strtok(archs, " "); tok; tok = strtok(NULL, " ")) {
+        int a = atoi(tok);
+        if (a / 10 == major && a <= dev && a > best) best = a;
+    }
+    return best;
+}
+
+static bool driver_library_present(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!h) return false;
+    /* keep it loaded: the runtime opens it again */
+    return true;
+}
+
+extern "C" void kiln_cuda_probe(kiln_cuda_device_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!driver_library_present()) {
+        snprintf(out->reason, sizeof out->reason, "no CUDA driver (libcuda.so.1 not found)");
+        return;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(out->reason, sizeof out->reason, "no GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return;
+    }
+    cudaDeviceProp p;
+    e = cudaGetDeviceProperties(&p, 0);
+    if (e != cudaSuccess) {
+        snprintf(out->reason, sizeof out->reason, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+        return;
+    }
+    out->present = true;
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major, out->cc_minor = p.minor;
+    out->n_sm = p.multiProcessorCount;
+    out->mem_bytes = p.totalGlobalMem;
+    cudaDriverGetVersion(&out->driver_version);
+    cudaRuntimeGetVersion(&out->runtime_version);
+    out->sass_arch = sass_for(p.major, p.minor);
+    const int dev = p.major * 10 + p.minor;
+    out->would_jit = out->sass_arch == 0 && dev >= KILN_CUDA_PTX;
+    out->unsupported = out->sass_arch == 0 && dev < KILN_CUDA_PTX;
+}
+
+/* ------------------------------------------------------------------ upload */
+
+/* The next pinned staging half, once the copies that read it have finished. */
+static kiln_status stage_next(cuda_state *s, int *i) {
+    *i = s->stage_i;
+    s->stage_i ^= 1;
+    CU_TRY(cudaEventSynchronize(s->stage_ev[*i]), "upload: waiting for a staging buffer");
+    return KILN_OK;
+}
+
+/* Uploads the rows of src into dst (a view whose rows start at row_off), through pinned memory: copied,
+ * repacked on the device (Q8_0, Q4_0, Q6_K), or converted to F16 on the host (types without a kernel). */
+static kiln_status upload_matrix(cuda_state *s, const kiln_weight *src, const dev_weight *dst, int row_off) {
+    const int in = (int)src->ne[0], rows = (int)src->ne[1];
+    const size_t src_row = kiln_row_bytes(src->type, (uint64_t)in);
+    const bool convert = src->type != (uint32_t)dst->type;
+    const size_t stage_row = convert ? (size_t)in * 2 : src_row;
+    if (stage_row == 0 || stage_row > STAGE_BYTES)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %s: row of %zu bytes does not fit the staging buffer", src->name,
+                         stage_row);
+    const int chunk = (int)(STAGE_BYTES / stage_row);
+    const kiln_type_info *ti = kiln_type_get(src->type);
+    uint8_t *dev_stage[2] = {s->arena + s->scratch_off, s->arena + s->scratch_off + STAGE_BYTES};
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        const int nr = rows - r0 < chunk ? rows - r0 : chunk;
+        int i;
+        KILN_TRY(stage_next(s, &i));
+        const uint8_t *sp = (const uint8_t *)src->data + (size_t)r0 * src_row;
+        if (convert) {
+            uint16_t *h = (uint16_t *)s->h_stage[i];
+            for (int r = 0; r < nr; r++) {
+                ti->to_float(sp + (size_t)r * src_row, s->conv_tmp, in);
+                for (int k = 0; k < in; k++) h[(size_t)r * in + k] = kiln_f32_to_f16(s->conv_tmp[k]);
+            }
+        } else {
+            memcpy(s->h_stage[i], sp, (size_t)nr * src_row);
+        }
+        const size_t bytes = (size_t)nr * stage_row;
+        uint8_t *dq = (uint8_t *)dst->q + (size_t)(row_off + r0) * (size_t)dst->row_bytes;
+        if (dst->type == CK_Q8_0 || dst->type == CK_Q4_0 || dst->type == CK_Q6_K) {
+            CU_TRY(cudaMemcpyAsync(dev_stage[i], s->h_stage[i], bytes, cudaMemcpyHostToDevice, s->stream), "upload");
+            const int bb = dst->type == CK_Q8_0 ? 34 : dst->type == CK_Q4_0 ? 18 : 210;
+            const int doff = dst->type == CK_Q6_K ? 208 : 0, qoff = dst->type == CK_Q6_K ? 0 : 2;
+            const int qlen = dst->type == CK_Q8_0 ? 32 : dst->type == CK_Q4_0 ? 16 : 208;
+            __half *dd = (__half *)dst->d + (size_t)(row_off + r0) * dst->d_per_row;
+            ck_repack(dev_stage[i], (long long)nr * dst->d_per_row, bb, doff, qoff, qlen, dq, dd, s->stream);
+            CU_TRY(cudaGetLastError(), "upload: repack kernel");
+        } else {
+            CU_TRY(cudaMemcpyAsync(dq, s->h_stage[i], bytes, cudaMemcpyHostToDevice, s->stream), "upload");
+        }
+        CU_TRY(cudaEventRecord(s->stage_ev[i], s->stream), "upload: event");
+    }
+    s->file_weight_bytes += (uint64_t)rows * src_row;
+    return KILN_OK;
+}
+
+/* A 1-D weight (norms) as floats. */
+static kiln_status upload_vector(cuda_state *s, const kiln_weight *src, float *dst) {
+    const int n = (int)src->ne[0];
+    const kiln_type_info *ti = kiln_type_get(src->type);
+    if (!ti || !ti->to_float) return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %s: type %u cannot be read", src->name, src->type);
+    if ((size_t)n * 4 > STAGE_BYTES) return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %s: too long", src->name);
+    int i;
+    KILN_TRY(stage_next(s, &i));
+    ti->to_float(src->data, (float *)s->h_stage[i], n);
+    CU_TRY(cudaMemcpyAsync(dst, s->h_stage[i], (size_t)n * 4, cudaMemcpyHostToDevice, s->stream), "upload");
+    CU_TRY(cudaEventRecord(s->stage_ev[i], s->stream), "upload: event");
+    s->file_weight_bytes += src->nbytes;
+    return KILN_OK;
+}
+
+/* The device type of a weight: its own when a kernel reads it, else F16 (counted as a conversion). */
+static kiln_status dev_type_of(cuda_state *s, const kiln_weight *w, bool count, uint32_t *out) {
+    if (type_has_kernel(w->type)) {
+        *out = w->type;
+        return KILN_OK;
+    }
+    const kiln_type_info *ti = kiln_type_get(w->type);
+    if (!ti || !ti->to_float)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %s: type %s has no kernel and cannot be converted", w->name,
+                         ti ? ti->name : "?");
+    if (count) {
+        if (s->n_converted == 0)
+            snprintf(s->converted, sizeof s->converted, "%s->f16", ti->name);
+        s->n_converted++;
+    }
+    *out = CK_F16;
+    return KILN_OK;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* Places a matrix of rows x in (device type t) in the weight region. */
+static dev_weight place_matrix(uint8_t *base, size_t *off, uint32_t t, int in, int rows) {
+    dev_weight w;
+    memset(&w, 0, sizeof w);
+    w.type = (int)t;
+    w.in = in;
+    w.out = rows;
+    dev_geometry(t, in, &w.row_bytes, &w.d_per_row);
+    w.q = (const uint8_t *)carve(base, off, (size_t)w.row_bytes * rows);
+    if (w.d_per_row) w.d = (const __half *)carve(base, off, (size_t)w.d_per_row * rows * 2);
+    return w;
+}
+
+/* A view of rows [r0, r0 + n) of a placed matrix. */
+static dev_weight sub_rows(dev_weight w, int r0, int n) {
+    if (w.q) w.q += (size_t)r0 * w.row_bytes;
+    if (w.d) w.d += (size_t)r0 * w.d_per_row;
+    w.out = n;
+    return w;
+}
+
+static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
+    const kiln_model *m = s->m;
+    const kiln_hparams *hp = &m->hp;
+    const bool count = base != NULL;
+    uint32_t t;
+    KILN_TRY(dev_type_of(s, &m->tok_embd, count, &t));
+    s->tok_embd = place_matrix(base, off, t, (int)m->tok_embd.ne[0], (int)m->tok_embd.ne[1]);
+    if (m->output.data == m->tok_embd.data) {
+        s->output = s->tok_embd;
+    } else {
+        KILN_TRY(dev_type_of(s, &m->output, count, &t));
+        s->output = place_matrix(base, off, t, (int)m->output.ne[0], (int)m->output.ne[1]);
+    }
+    s->output_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const kiln_layer *L = &m->layers[il];
+        cu_layer *D = &s->layers[il];
+        uint32_t tq, tk, tv, to, tg, tu, td;
+        KILN_TRY(dev_type_of(s, &L->wq, count, &tq));
+        KILN_TRY(dev_type_of(s, &L->wk, count, &tk));
+        KILN_TRY(dev_type_of(s, &L->wv, count, &tv));
+        KILN_TRY(dev_type_of(s, &L->wo, count, &to));
+        KILN_TRY(dev_type_of(s, &L->w_gate, count, &tg));
+        KILN_TRY(dev_type_of(s, &L->w_up, count, &tu));
+        KILN_TRY(dev_type_of(s, &L->w_down, count, &td));
+        const int E = (int)L->wq.ne[0], nq = (int)L->wq.ne[1], nk = (int)L->wk.ne[1], nv = (int)L->wv.ne[1];
+        D->qkv_fused = tq == tk && tq == tv;
+        if (D->qkv_fused) {
+            D->wqkv = place_matrix(base, off, tq, E, nq + nk + nv);
+            D->wq = sub_rows(D->wqkv, 0, nq);
+            D->wk = sub_rows(D->wqkv, nq, nk);
+            D->wv = sub_rows(D->wqkv, nq + nk, nv);
+        } else {
+            D->wq = place_matrix(base, off, tq, E, nq);
+            D->wk = place_matrix(base, off, tk, E, nk);
+            D->wv = place_matrix(base, off, tv, E, nv);
+        }
+        D->wo = place_matrix(base, off, to, (int)L->wo.ne[0], (int)L->wo.ne[1]);
+        D->wg = place_matrix(base, off, tg, (int)L->w_gate.ne[0], (int)L->w_gate.ne[1]);
+        D->wu = place_matrix(base, off, tu, (int)L->w_up.ne[0], (int)L->w_up.ne[1]);
+        D->gu_dual = tg == tu;
+        D->wd = place_matrix(base, off, td, (int)L->w_down.ne[0], (int)L->w_down.ne[1]);
+        D->attn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+        D->ffn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+    }
+    return KILN_OK;
+}
+
+/* Activations, KV cache, logits and parameters; with base == NULL only sums. */
+static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
+    const kiln_hparams *hp = &s->m->hp;
+    const size_t B = (size_t)s->cfg.max_batch, C = (size_t)s->cfg.n_ctx;
+    s->kc = (__half *)carve(base, off, (size_t)hp->n_layer * C * s->KV * 2);
+    s->vc = (__half *)carve(base, off, (size_t)hp->n_layer * C * s->KV * 2);
+    s->x = (float *)carve(base, off, B * s->E * 4);
+    s->qkv = (float *)carve(base, off, B * s->NQKV * 4);
+    s->g = (float *)carve(base, off, B * s->F * 4);
+    s->u = (float *)carve(base, off, B * s->F * 4);
+    s->hvec = (float *)carve(base, off, (size_t)s->F * 4);
+    s->xh = (__half *)carve(base, off, B * s->Epad * 2);
+    s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
+    s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
+    s->part = (float *)carve(base, off, (size_t)s->n_split * hp->n_head * (hp->head_dim + 2) * 4);
+    s->logits = (float *)carve(base, off, (size_t)s->V * 4);
+    s->arg_val = (float *)carve(base, off, (size_t)s->max_mv_blocks * 4);
+    s->arg_idx = (int *)carve(base, off, (size_t)s->max_mv_blocks * 4);
+    s->counter = (unsigned *)carve(base, off, 4);
+    s->arg_out = (int *)carve(base, off, 4);
+    s->params = (int *)carve(base, off, 16);
+    s->ids = (int *)carve(base, off, B * 4);
+    s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
+}
+
+/* ------------------------------------------------------------------ forward pieces */
+
+static mv_args mv_base(void) {
+    mv_args a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+static int mv_blocks(const cuda_state *s, const mv_args &a) { return ck_matvec_blocks(a, s->n_sm); }
+
+/* The logits of the row x (n_embd floats) and their argmax. */
+static void launch_logits(cuda_state *s, const float *x) {
+    mv_args a = mv_base();
+    a.w0 = s->output;
+    a.pair = MV_PAIR_ADJ;
+    a.in_mode = MV_IN_NORM;
+    a.x = x;
+    a.norm_w = s->output_norm;
+    a.eps = s->m->hp.rms_eps;
+    a.epi = MV_EPI_LOGITS;
+    a.y = s->logits;
+    a.arg_val = s->arg_val;
+    a.arg_idx = s->arg_idx;
+    a.counter = s->counter;
+    a.arg_out = s->arg_out;
+    ck_matvec(a, mv_blocks(s, a), s->stream);
+}
+
+/* The decode step for the token in params[0] at position params[1] (what the graph captures). */
+static void launch_decode(cuda_state *s) {
+    const kiln_hparams *hp = &s->m->hp;
+    const int *pos = s->params + 1;
+    cudaStream_t st = s->stream;
+    ck_embed(s->tok_embd, s->params, s->x, 1, st);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cu_layer *L = &s->layers[il];
+        const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+        mv_args a = mv_base();
+        a.pair = MV_PAIR_ADJ;
+        a.in_mode = MV_IN_NORM;
+        a.x = s->x;
+        a.norm_w = L->attn_norm;
+        a.eps = hp->rms_eps;
+        a.epi = MV_EPI_QKV;
+        a.pos = pos;
+        a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
+        a.rope_freq = s->rope_freq;
+        a.q_out = s->qkv;
+        a.k_cache = s->kc + kv_off;
+        a.v_cache = s->vc + kv_off;
+        if (L->qkv_fused) {
+            a.w0 = L->wqkv;
+            ck_matvec(a, mv_blocks(s, a), st);
+        } else {
+            const dev_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
+            const int offs[3] = {0, s->Q, s->Q + s->KV};
+            for (int i = 0; i < 3; i++) {
+                a.w0 = *ws[i];
+                a.row_offset = offs[i];
+                ck_matvec(a, mv_blocks(s, a), st);
+            }
+        }
+
+        attn_args at;
+        memset(&at, 0, sizeof at);
+        at.q = s->qkv;
+        at.q_stride = s->Q;
+        at.k_cache = s->kc + kv_off;
+        at.v_cache = s->vc + kv_off;
+        at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
+        at.chunk = DEC_CHUNK;
+        at.pos_dev = pos;
+        at.part = s->part;
+        at.scale = 1.0f / sqrtf((float)hp->head_dim);
+        ck_attention(at, s->n_split, 1, st);
+
+        a = mv_base();
+        a.w0 = L->wo;
+        a.pair = MV_PAIR_ADJ;
+        a.in_mode = MV_IN_ATTN;
+        a.part = s->part, a.n_head = hp->n_head, a.head_dim = hp->head_dim, a.chunk = DEC_CHUNK, a.pos = pos;
+        a.epi = MV_EPI_ADD;
+        a.y = s->x;
+        ck_matvec(a, mv_blocks(s, a), st);
+
+        a = mv_base();
+        a.in_mode = MV_IN_NORM;
+        a.x = s->x;
+        a.norm_w = L->ffn_norm;
+        a.eps = hp->rms_eps;
+        if (L->gu_dual) {
+            a.w0 = L->wg, a.w1 = L->wu;
+            a.pair = MV_PAIR_DUAL;
+            a.epi = MV_EPI_SWIGLU;
+            a.y = s->hvec;
+            ck_matvec(a, mv_blocks(s, a), st);
+        } else {
+            a.pair = MV_PAIR_ADJ;
+            a.epi = MV_EPI_STORE;
+            a.w0 = L->wg, a.y = s->g;
+            ck_matvec(a, mv_blocks(s, a), st);
+            a.w0 = L->wu, a.y = s->u;
+            ck_matvec(a, mv_blocks(s, a), st);
+            ck_swiglu_vec(s->g, s->u, s->F, s->hvec, st);
+        }
+
+        a = mv_base();
+        a.w0 = L->wd;
+        a.pair = MV_PAIR_ADJ;
+        a.in_mode = MV_IN_PLAIN;
+        a.x = s->hvec;
+        a.epi = MV_EPI_ADD;
+        a.y = s->x;
+        ck_matvec(a, mv_blocks(s, a), st);
+    }
+    launch_logits(s, s->x);
+}
+
+/* Prefill of n tokens (ids already in s->ids) at positions pos0.. */
+static void launch_prefill(cuda_state *s, int n, int pos0, bool want_logits) {
+    const kiln_hparams *hp = &s->m->hp;
+    cudaStream_t st = s->stream;
+    ck_embed(s->tok_embd, s->ids, s->x, n, st);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cu_layer *L = &s->layers[il];
+        const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+        ck_rmsnorm_rows(s->x, L->attn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
+        if (L->qkv_fused) {
+            ck_gemm(L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
+        } else {
+            ck_gemm(L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
+            ck_gemm(L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, st);
+            ck_gemm(L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, st);
+        }
+        ck_rope_store(s->qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
+                      s->vc + kv_off, s->KV, st);
+        attn_args at;
+        memset(&at, 0, sizeof at);
+        at.q = s->qkv;
+        at.q_stride = s->NQKV;
+        at.k_cache = s->kc + kv_off;
+        at.v_cache = s->vc + kv_off;
+        at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
+        at.chunk = s->cfg.n_ctx;
+        at.pos0 = pos0;
+        at.out = s->atth;
+        at.out_stride = s->Qpad;
+        at.scale = 1.0f / sqrtf((float)hp->head_dim);
+        ck_attention(at, 1, n, st);
+        ck_gemm(L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, st);
+        ck_rmsnorm_rows(s->x, L->ffn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
+        ck_gemm(L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, st);
+        ck_gemm(L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, st);
+        ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
+        ck_gemm(L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, st);
+    }
+    if (want_logits) launch_logits(s, s->x + (size_t)(n - 1) * s->E);
+}
+
+/* ------------------------------------------------------------------ backend ops */
+
+static void cuda_close(void *state) {
+    cuda_state *s = (cuda_state *)state;
+    if (!s) return;
+    if (s->stream) cudaStreamSynchronize(s->stream);
+    if (s->gexec) cudaGraphExecDestroy(s->gexec);
+    if (s->graph) cudaGraphDestroy(s->graph);
+    for (int i = 0; i < 2; i++)
+        if (s->stage_ev[i]) cudaEventDestroy(s->stage_ev[i]);
+    if (s->stream) cudaStreamDestroy(s->stream);
+    if (s->arena) cudaFree(s->arena);
+    if (s->pinned) cudaFreeHost(s->pinned);
+    kiln_free(s->conv_tmp);
+    kiln_free(s->layers);
+    kiln_free(s);
+}
+
+static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
+    const kiln_hparams *hp = &m->hp;
+    if (hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s (neox rope / qkv bias / qk-norm) is not supported "
+                         "by the CUDA backend yet", hp->arch);
+    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
+                         hp->n_head_kv, CK_ATT_MAX_G);
+    if (hp->head_dim > 256 || hp->head_dim % 2 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: head_dim %d / n_rot %d (need even, head_dim <= 256)", hp->head_dim,
+                         hp->n_rot);
+    if (cfg->max_batch < 1 || cfg->n_ctx < 2) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda: n_ctx / max_batch too small");
+    return KILN_OK;
+}
+
+static kiln_status capture_graph(cuda_state *s) {
+    CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
+    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    launch_decode(s);
+    cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &s->graph);
+    kiln_count_graph_capture();
+    if (e != cudaSuccess) return cuda_fail(e, "graph capture");
+    size_t n_nodes = 0;
+    cudaGraphGetNodes(s->graph, NULL, &n_nodes);
+    s->graph_nodes = (int)n_nodes;
+    CU_TRY(cudaGraphInstantiate(&s->gexec, s->graph, 0), "graph instantiate");
+    kiln_count_graph_capture();
+    CU_TRY(cudaGraphUpload(s->gexec, s->stream), "graph upload");
+    return KILN_OK;
+}
+
+static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax);
+
+static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *ph, void **out) {
+    *out = NULL;
+    KILN_TRY(check_model(m, cfg));
+    kiln_cuda_device_info di;
+    uint64_t t0 = kiln_now_ns();
+    kiln_cuda_probe(&di);
+    if (!di.present) return kiln_fail(KILN_ERR_DEVICE, "cuda: %s", di.reason);
+    if (di.unsupported)
+        return kiln_fail(KILN_ERR_DEVICE, "cuda: %s (sm_%d%d) is older than every arch kiln was built for (%s)", di.name,
+                         di.cc_major, di.cc_minor, kiln_cuda_archs_built());
+    cuda_state *s = (cuda_state *)kiln_calloc(1, sizeof *s);
+    if (!s) return kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory");
+    s->m = m;
+    s->cfg = *cfg;
+    s->use_graph = true;
+    s->n_sm = di.n_sm;
+    kiln_status st = KILN_OK;
+#define OPEN_TRY(expr)              \
+    do {                            \
+        st = (expr);                \
+        if (st != KILN_OK) goto fail; \
+    } while (0)
+#define OPEN_CU(expr, what) OPEN_TRY(((expr) == cudaSuccess) ? KILN_OK : cuda_fail(cudaGetLastError(), what))
+    {
+        cudaError_t e = cudaSetDevice(0);
+        if (e == cudaSuccess) e = cudaFree(0); /* creates the context now */
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->stage_ev[0], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->stage_ev[1], cudaEventDisableTiming);
+        if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "context"));
+    }
+    kiln_phases_add(ph, "open.cuda_init", kiln_now_ns() - t0);
+
+    /* ---- arena */
+    t0 = kiln_now_ns();
+    {
+        const kiln_hparams *hp = &m->hp;
+        s->E = hp->n_embd, s->Q = hp->n_head * hp->head_dim, s->KV = hp->n_head_kv * hp->head_dim, s->F = hp->n_ff;
+        s->V = hp->n_vocab, s->NQKV = s->Q + 2 * s->KV;
+        s->Epad = (int)align_up((size_t)s->E, 32), s->Qpad = (int)align_up((size_t)s->Q, 32);
+        s->Fpad = (int)align_up((size_t)s->F, 32);
+        s->n_split = (cfg->n_ctx + DEC_CHUNK - 1) / DEC_CHUNK;
+        s->max_mv_blocks = s->n_sm * 4;
+        s->layers = (cu_layer *)kiln_calloc((size_t)hp->n_layer, sizeof(cu_layer));
+        s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 2 +
+                                           sizeof(float) * (size_t)hp->n_vocab);
+        if (!s->layers || !s->conv_tmp) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory"));
+        size_t off = 0;
+        OPEN_TRY(plan_weights(s, NULL, &off));
+        s->weight_bytes = off;
+        s->scratch_off = align_up(off, 256);
+        size_t soff = 0;
+        plan_scratch(s, NULL, &soff);
+        if (soff < 2 * STAGE_BYTES) soff = 2 * STAGE_BYTES;
+        s->arena_bytes = s->scratch_off + align_up(soff, 256);
+        cudaError_t e = cudaMalloc((void **)&s->arena, s->arena_bytes);
+        kiln_count_device_alloc();
+        if (e != cudaSuccess)
+            OPEN_TRY(kiln_fail(KILN_ERR_DEVICE, "cuda: cannot allocate the %.1f MiB arena (n_ctx %d): %s",
+                               s->arena_bytes / 1048576.0, cfg->n_ctx, cudaGetErrorString(e)));
+        off = 0;
+        s->n_converted = 0;
+        OPEN_TRY(plan_weights(s, s->arena, &off));
+        soff = 0;
+        plan_scratch(s, s->arena + s->scratch_off, &soff);
+        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4;
+        e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
+        kiln_count_device_alloc();
+        if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
+        memset(s->pinned, 0, pinned_bytes);
+        s->h_stage[0] = s->pinned;
+        s->h_stage[1] = s->pinned + STAGE_BYTES;
+        s->h_params = (int *)(s->pinned + 2 * STAGE_BYTES);
+        s->h_argmax = s->h_params + 16;
+        s->h_logits = (float *)(s->pinned + 2 * STAGE_BYTES + 4096);
+        s->h_ids = (int *)(s->h_logits + s->V);
+        OPEN_CU(cudaMemsetAsync(s->arena, 0, s->arena_bytes, s->stream), "arena memset");
+        OPEN_CU(cudaEventRecord(s->stage_ev[0], s->stream), "event");
+        OPEN_CU(cudaEventRecord(s->stage_ev[1], s->stream), "event");
+    }
+    kiln_phases_add(ph, "open.arena", kiln_now_ns() - t0);
+
+    /* ---- weights */
+    t0 = kiln_now_ns();
+    {
+        const kiln_hparams *hp = &m->hp;
+        OPEN_TRY(upload_matrix(s, &m->tok_embd, &s->tok_embd, 0));
+        if (m->output.data != m->tok_embd.data) OPEN_TRY(upload_matrix(s, &m->output, &s->output, 0));
+        OPEN_TRY(upload_vector(s, &m->output_norm, s->output_norm));
+        for (int il = 0; il < hp->n_layer; il++) {
+            const kiln_layer *L = &m->layers[il];
+            cu_layer *D = &s->layers[il];
+            if (D->qkv_fused) {
+                OPEN_TRY(upload_matrix(s, &L->wq, &D->wqkv, 0));
+                OPEN_TRY(upload_matrix(s, &L->wk, &D->wqkv, s->Q));
+                OPEN_TRY(upload_matrix(s, &L->wv, &D->wqkv, s->Q + s->KV));
+            } else {
+                OPEN_TRY(upload_matrix(s, &L->wq, &D->wq, 0));
+                OPEN_TRY(upload_matrix(s, &L->wk, &D->wk, 0));
+                OPEN_TRY(upload_matrix(s, &L->wv, &D->wv, 0));
+            }
+            OPEN_TRY(upload_matrix(s, &L->wo, &D->wo, 0));
+            OPEN_TRY(upload_matrix(s, &L->w_gate, &D->wg, 0));
+            OPEN_TRY(upload_matrix(s, &L->w_up, &D->wu, 0));
+            OPEN_TRY(upload_matrix(s, &L->w_down, &D->wd, 0));
+            OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
+            OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
+        }
+        /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them) */
+        OPEN_CU(cudaMemsetAsync(s->arena + s->scratch_off, 0, s->arena_bytes - s->scratch_off, s->stream), "memset");
+        int i;
+        OPEN_TRY(stage_next(s, &i));
+        float *fr = (float *)s->h_stage[i];
+        const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+        float f = 1.0f;
+        for (int k = 0; k < hp->n_rot / 2; k++, f *= theta_scale) fr[k] = f;
+        OPEN_CU(cudaMemcpyAsync(s->rope_freq, fr, (size_t)(hp->n_rot / 2) * 4, cudaMemcpyHostToDevice, s->stream), "upload");
+        OPEN_CU(cudaStreamSynchronize(s->stream), "upload");
+        OPEN_CU(cudaGetLastError(), "upload");
+        const uint64_t dt = kiln_now_ns() - t0;
+        s->upload_gbps = dt ? (double)s->file_weight_bytes / (double)dt : 0.0;
+        kiln_phases_add(ph, "open.upload", dt);
+    }
+
+    /* ---- kernels: load every one now, and raise the shared-memory limit where a matvec needs it */
+    t0 = kiln_now_ns();
+    {
+        s->n_kernels = ck_kernel_count();
+        for (int i = 0; i < s->n_kernels; i++) {
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, ck_kernel_at(i));
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, ck_kernel_name(i)));
+        }
+        const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+        const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
+        if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
+    }
+    kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
+
+    /* ---- the decode graph */
+    t0 = kiln_now_ns();
+    OPEN_TRY(capture_graph(s));
+    kiln_phases_add(ph, "open.graphs", kiln_now_ns() - t0);
+
+    /* ---- device warm pass: both paths once, then the cache is forgotten */
+    t0 = kiln_now_ns();
+    {
+        int32_t ids[2] = {0, 1 % m->hp.n_vocab}, next = 0;
+        const int n = cfg->max_batch >= 2 ? 2 : 1;
+        OPEN_TRY(cuda_forward(s, ids, n, 0, NULL, &next));
+        OPEN_TRY(cuda_forward(s, ids, 1, n, NULL, &next));
+        OPEN_TRY(cuda_forward(s, ids, 1, n + 1 < cfg->n_ctx ? n + 1 : n, s->conv_tmp, NULL));
+    }
+    kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
+    *out = s;
+    return KILN_OK;
+fail:
+    cuda_close(s);
+    return st;
+#undef OPEN_TRY
+#undef OPEN_CU
+}
+
+static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax) {
+    cuda_state *s = (cuda_state *)state;
+    KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && pos >= 0 && pos + n <= s->cfg.n_ctx);
+    const bool want = logits || argmax;
+    if (n == 1) {
+        s->h_params[0] = ids[0];
+        s->h_params[1] = pos;
+        if (s->use_graph) {
+            CU_TRY(cudaGraphLaunch(s->gexec, s->stream), "graph launch");
+        } else {
+            cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+            launch_decode(s);
+            cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
+        }
+    } else {
+        memcpy(s->h_ids, ids, (size_t)n * sizeof(int32_t));
+        cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+        launch_prefill(s, n, pos, want);
+        if (want) cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
+    }
+    if (logits) cudaMemcpyAsync(s->h_logits, s->logits, (size_t)s->V * 4, cudaMemcpyDeviceToHost, s->stream);
+    CU_TRY(cudaGetLastError(), "kernel launch");
+    CU_TRY(cudaStreamSynchronize(s->stream), "forward");
+    if (logits) memcpy(logits, s->h_logits, (size_t)s->V * 4);
+    if (argmax) *argmax = *s->h_argmax;
+    return KILN_OK;
+}
+
+static void cuda_reset(void *state) { (void)state; /* positions restart; stale cache rows are never read */ }
+
+static const kiln_backend_ops cuda_ops = {
+    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_close,
+};
+
+extern "C" const kiln_backend_ops *kiln_backend_cuda(void) { return &cuda_ops; }
+
+extern "C" void kiln_cuda_set_use_graph(void *state, bool use_graph) { ((cuda_state *)state)->use_graph = use_graph; }
+
+extern "C" void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out) {
+    const cuda_state *s = (const cuda_state *)state;
+    memset(out, 0, sizeof *out);
+    out->arena_bytes = s->arena_bytes;
+    out->weight_bytes = s->weight_bytes;
+    out->file_weight_bytes = s->file_weight_bytes;
+    out->upload_gbps = s->upload_gbps;
+    out->n_converted = s->n_converted;
+    if (s->n_converted) snprintf(out->converted, sizeof out->converted, "%.200s x%d", s->converted, s->n_converted);
+    out->n_kernels = s->n_kernels;
+    out->graph_nodes = s->graph_nodes;
+}
+
+/* ------------------------------------------------------------------ single kernels for the tests */
+
+/* Device buffers of one test call, freed together. */
+typedef struct test_bufs {
+    void *p[16];
+    int n;
+    cudaStream_t st;
+} test_bufs;
+
+static kiln_status tb_init(test_bufs *b) {
+    memset(b, 0, sizeof *b);
+    kiln_cuda_device_info di;
+    kiln_cuda_probe(&di);
+    if (!di.present) return kiln_fail(KILN_ERR_DEVICE, "cuda: %s", di.reason);
+    CU_TRY(cudaSetDevice(0), "set device");
+    CU_TRY(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream");
+    return KILN_OK;
+}
+
+static void *tb_alloc(test_bufs *b, size_t n, const void *init) {
+    void *p = NULL;
+    if (b->n >= 16 || cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
+    kiln_count_device_alloc();
+    b->p[b->n++] = p;
+    if (init) cudaMemcpy(p, init, n, cudaMemcpyHostToDevice);
+    else cudaMemset(p, 0, n ? n : 1);
+    return p;
+}
+
+static void tb_free(test_bufs *b) {
+    if (b->st) cudaStreamSynchronize(b->st), cudaStreamDestroy(b->st);
+    for (int i = 0; i < b->n; i++) cudaFree(b->p[i]);
+}
+
+/* Uploads GGUF rows of `type` into the device layout of the kernels. */
+static kiln_status tb_weight(test_bufs *b, uint32_t type, const void *w, int in, int out, dev_weight *dw) {
+    if (!type_has_kernel(type)) return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda test: type %u has no kernel", type);
+    const size_t raw_row = kiln_row_bytes(type, (uint64_t)in);
+    if (!raw_row) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: %d values do not fill blocks of type %u", in, type);
+    memset(dw, 0, sizeof *dw);
+    dw->type = (int)type, dw->in = in, dw->out = out;
+    dev_geometry(type, in, &dw->row_bytes, &dw->d_per_row);
+    uint8_t *raw = (uint8_t *)tb_alloc(b, raw_row * out, w);
+    if (!raw) return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    if (!dw->d_per_row) {
+        dw->q = raw;
+        return KILN_OK;
+    }
+    uint8_t *q = (uint8_t *)tb_alloc(b, (size_t)dw->row_bytes * out, NULL);
+    __half *d = (__half *)tb_alloc(b, (size_t)dw->d_per_row * out * 2, NULL);
+    if (!q || !d) return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    const int bb = type == CK_Q8_0 ? 34 : type == CK_Q4_0 ? 18 : 210;
+    const int doff = type == CK_Q6_K ? 208 : 0, qoff = type == CK_Q6_K ? 0 : 2;
+    const int qlen = type == CK_Q8_0 ? 32 : type == CK_Q4_0 ? 16 : 208;
+    ck_repack(raw, (long long)out * dw->d_per_row, bb, doff, qoff, qlen, q, d, b->st);
+    dw->q = q, dw->d = d;
+    return KILN_OK;
+}
+
+static kiln_status tb_finish(test_bufs *b, void *host, const void *dev, size_t n) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b->st);
+    if (e == cudaSuccess && host) e = cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return cuda_fail(e, "test kernel");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out, const float *x,
+                                             const float *norm_w, float *y) {
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    dev_weight dw;
+    if (st == KILN_OK) st = tb_weight(&b, type, w, in, out, &dw);
+    if (st == KILN_OK) {
+        float *dx = (float *)tb_alloc(&b, (size_t)in * 4, x);
+        float *dn = norm_w ? (float *)tb_alloc(&b, (size_t)in * 4, norm_w) : NULL;
+        float *dy = (float *)tb_alloc(&b, (size_t)out * 4, NULL);
+        mv_args a = mv_base();
+        a.w0 = dw;
+        a.pair = MV_PAIR_ADJ;
+        a.in_mode = norm_w ? MV_IN_NORM : MV_IN_PLAIN;
+        a.x = dx, a.norm_w = dn, a.eps = 1e-5f;
+        a.epi = MV_EPI_STORE;
+        a.y = dy;
+        kiln_cuda_device_info di;
+        kiln_cuda_probe(&di);
+        const size_t smem = ck_matvec_smem(in);
+        if (smem > 48 * 1024) ck_set_matvec_smem(smem);
+        ck_matvec(a, ck_matvec_blocks(a, di.n_sm), b.st);
+        st = tb_finish(&b, y, dy, (size_t)out * 4);
+    }
+    tb_free(&b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok,
+                                           float *y) {
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    dev_weight dw;
+    if (st == KILN_OK) st = tb_weight(&b, type, w, in, out, &dw);
+    if (st == KILN_OK) {
+        const int lda = (int)align_up((size_t)in, 32);
+        uint16_t *xh = (uint16_t *)kiln_calloc((size_t)n_tok * lda, 2);
+        if (!xh) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
+        if (st == KILN_OK) {
+            for (int t = 0; t < n_tok; t++)
+                for (int k = 0; k < in; k++) xh[(size_t)t * lda + k] = kiln_f32_to_f16(x[(size_t)t * in + k]);
+            __half *da = (__half *)tb_alloc(&b, (size_t)n_tok * lda * 2, xh);
+            float *dy = (float *)tb_alloc(&b, (size_t)n_tok * out * 4, NULL);
+            ck_gemm(dw, da, lda, n_tok, dy, out, 0, false, b.st);
+            st = tb_finish(&b, y, dy, (size_t)n_tok * out * 4);
+        }
+        kiln_free(xh);
+    }
+    tb_free(&b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head,
+                                                int n_head_kv, int head_dim, int pos0, int n_tok, bool split,
+                                                float *out) {
+    if (split && n_tok != 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: the split path takes one token");
+    if (n_head % n_head_kv || n_head / n_head_kv > CK_ATT_MAX_G || head_dim > 256 || head_dim % 2)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: unsupported attention shape");
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    const int Q = n_head * head_dim, KV = n_head_kv * head_dim, n_keys = pos0 + n_tok;
+    uint16_t *kh = (uint16_t *)kiln_malloc((size_t)n_keys * KV * 2 * 2);
+    uint16_t *oh = (uint16_t *)kiln_malloc((size_t)n_tok * Q * 2);
+    float *ident = (float *)kiln_calloc((size_t)Q * Q, 4);
+    if (st == KILN_OK && (!kh || !oh || !ident)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
+    if (st == KILN_OK) {
+        uint16_t *vh = kh + (size_t)n_keys * KV;
+        for (size_t i = 0; i < (size_t)n_keys * KV; i++) kh[i] = kiln_f32_to_f16(k[i]), vh[i] = kiln_f32_to_f16(v[i]);
+        attn_args at;
+        memset(&at, 0, sizeof at);
+        at.q = (const float *)tb_alloc(&b, (size_t)n_tok * Q * 4, q);
+        at.q_stride = Q;
+        at.k_cache = (const __half *)tb_alloc(&b, (size_t)n_keys * KV * 2, kh);
+        at.v_cache = (const __half *)tb_alloc(&b, (size_t)n_keys * KV * 2, vh);
+        at.kv_dim = KV, at.n_head = n_head, at.n_head_kv = n_head_kv, at.head_dim = head_dim;
+        at.scale = 1.0f / sqrtf((float)head_dim);
+        if (split) {
+            /* decode: splits of DEC_CHUNK keys (one idle split beyond the last), then the combine of the
+             * output projection's prologue through an identity matrix */
+            const int n_split = (n_keys + DEC_CHUNK - 1) / DEC_CHUNK + 1;
+            int *dpos = (int *)tb_alloc(&b, 4, &pos0);
+            float *part = (float *)tb_alloc(&b, (size_t)n_split * n_head * (head_dim + 2) * 4, NULL);
+            at.chunk = DEC_CHUNK, at.pos_dev = dpos, at.part = part;
+            ck_attention(at, n_split, 1, b.st);
+            for (int i = 0; i < Q; i++) ident[(size_t)i * Q + i] = 1.0f;
+            dev_weight dw;
+            st = tb_weight(&b, CK_F32, ident, Q, Q, &dw);
+            float *dy = (float *)tb_alloc(&b, (size_t)Q * 4, NULL);
+            mv_args a = mv_base();
+            a.w0 = dw;
+            a.pair = MV_PAIR_ADJ;
+            a.in_mode = MV_IN_ATTN;
+            a.part = part, a.n_head = n_head, a.head_dim = head_dim, a.chunk = DEC_CHUNK, a.pos = dpos;
+            a.epi = MV_EPI_STORE;
+            a.y = dy;
+            if (st == KILN_OK) {
+                ck_matvec(a, 4, b.st);
+                st = tb_finish(&b, out, dy, (size_t)Q * 4);
+            }
+        } else {
+            __half *dout = (__half *)tb_alloc(&b, (size_t)n_tok * Q * 2, NULL);
+            at.chunk = n_keys, at.pos0 = pos0, at.out = dout, at.out_stride = Q;
+            ck_attention(at, 1, n_tok, b.st);
+            st = tb_finish(&b, oh, dout, (size_t)n_tok * Q * 2);
+            if (st == KILN_OK)
+                for (size_t i = 0; i < (size_t)n_tok * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
+        }
+    }
+    kiln_free(kh);
+    kiln_free(oh);
+    kiln_free(ident);
+    tb_free(&b);
+    return st;
+}

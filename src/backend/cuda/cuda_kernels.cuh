@@ -1,0 +1,112 @@
+/*
+ * cuda_kernels.cuh — the device side of the CUDA backend: the weight views kernels read, the argument
+ * blocks of the fused kernels, and the host launchers (defined in cuda_kernels.cu). C++ (nvcc) only.
+ *
+ * Weight layouts on the device (made at upload from the GGUF blocks):
+ *   F32, F16, BF16, Q4_K  the file's bytes unchanged (Q4_K blocks are 144 bytes, 16-byte aligned)
+ *   Q8_0                  q = int8 values row after row (in per row), d = one half scale per 32 values
+ *   Q4_0                  q = 16 nibble bytes per 32 values (ggml's order), d = one half per 32 values
+ *   Q6_K                  q = ql|qh|scales (208 bytes) per 256 values, d = one half per 256 values
+ * Other types are converted to F16 at open. Every kernel reads a weight through dequant16 (16 values).
+ */
+#ifndef KILN_CUDA_KERNELS_CUH
+#define KILN_CUDA_KERNELS_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGUF type ids of the types the kernels read (the values of kiln_type). */
+enum {
+    CK_F32 = 0, CK_F16 = 1, CK_Q4_0 = 2, CK_Q8_0 = 8, CK_Q4_K = 12, CK_Q6_K = 14, CK_BF16 = 30,
+};
+
+/* A weight matrix on the device: out rows of in values. */
+struct dev_weight {
+    const uint8_t *q;     /* row data (see the layouts above) */
+    const __half *d;      /* per-block scales for Q8_0, Q4_0, Q6_K; NULL otherwise */
+    int type;             /* CK_* */
+    int in, out;
+    long long row_bytes;  /* bytes of one row in q */
+    int d_per_row;        /* scales per row in d */
+};
+
+/* Attention limits: query heads per KV head, head_dim / 64. */
+#define CK_ATT_MAX_G 8
+#define CK_ATT_MAX_D 4
+
+/* Matrix x vector, decode path. How the block builds its input (in_mode), which rows a warp computes
+ * (pair), and what it does with the two dot products (epi). */
+enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1, MV_IN_ATTN = 2 };
+enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
+enum { MV_EPI_STORE = 0, MV_EPI_ADD = 1, MV_EPI_QKV = 2, MV_EPI_SWIGLU = 3, MV_EPI_LOGITS = 4 };
+
+struct mv_args {
+    dev_weight w0, w1;          /* w1: second matrix of MV_PAIR_DUAL (same type and shape) */
+    int pair, in_mode, epi;
+    const float *x;             /* input vector (PLAIN, NORM) */
+    const float *norm_w;        /* NORM: RMSNorm weight */
+    float eps;
+    const float *part;          /* ATTN: attention partials (split, head, hd + 2) */
+    int n_head, head_dim, chunk;
+    const int *pos;             /* device: position of the token (QKV, ATTN) */
+    float *y;                   /* STORE / ADD / SWIGLU output */
+    /* QKV: rows [0, nq) are q, [nq, nq+nk) k, the rest v; row_offset places w0's rows in that range */
+    int row_offset, nq, nk, n_rot, kv_dim;
+    const float *rope_freq;     /* n_rot/2 inverse frequencies */
+    float *q_out;
+    __half *k_cache, *v_cache;  /* this layer's (n_ctx, kv_dim) */
+    /* LOGITS: logits to y, argmax partials per block, the last block writes *arg_out */
+    float *arg_val;
+    int *arg_idx;
+    unsigned *counter;
+    int *arg_out;
+};
+
+/* Attention over the cache for tokens t in [0, n_tok) at positions pos0 + t. With n_split > 1 (decode)
+ * block (s, kvh, t) covers keys [s*chunk, (s+1)*chunk) and writes partials; with one split it covers
+ * all keys and writes the normalised output as half. */
+struct attn_args {
+    const float *q;             /* (n_tok, q_stride) */
+    int q_stride;
+    const __half *k_cache, *v_cache;
+    int kv_dim, n_head, n_head_kv, head_dim, chunk;
+    const int *pos_dev;         /* when non-NULL, pos0 is read here */
+    int pos0;
+    float *part;                /* split mode: (split, head, hd + 2) */
+    __half *out;                /* final mode: (n_tok, out_stride) */
+    int out_stride;
+    float scale;
+};
+
+/* Every __global__ of the backend, listed so that open can load each one eagerly. */
+int ck_kernel_count(void);
+const void *ck_kernel_at(int i);
+const char *ck_kernel_name(int i);
+/* Largest dynamic shared memory the matvec kernels may need for an input of n values. */
+size_t ck_matvec_smem(int n);
+
+cudaError_t ck_set_matvec_smem(size_t bytes);
+
+void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
+int ck_matvec_blocks(const mv_args &a, int n_sm);
+void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st);
+
+/* Prefill pieces. */
+/* x[t] = row ids[t] of w (dequantized), t < n_tok. */
+void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st);
+void ck_rmsnorm_rows(const float *x, const float *w, float eps, int n, int n_tok, __half *out, int out_stride,
+                     cudaStream_t st);
+/* C[t][col_off + r] (=|+=) sum_k A[t][k] W[r][k]; A half (n_tok, lda), lda a multiple of 32 with zero padding. */
+void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+             cudaStream_t st);
+void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
+                   const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st);
+void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st);
+void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream_t st);
+/* Upload helper: splits n_blocks raw blocks (block_bytes each) into q (q_len bytes from q_off) and d. */
+void ck_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
+               uint8_t *dst_q, __half *dst_d, cudaStream_t st);
+
+#endif

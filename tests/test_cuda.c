@@ -1,0 +1,436 @@
+/*
+ * test_cuda.c — the CUDA backend: every kernel against a scalar reference on fresh random inputs, the
+ * whole model against the CPU backend (cosine of the logits at every step) and against llama.cpp's
+ * greedy ids, graph replay against eager launches (bit-identical), and the first-call gates (no
+ * allocation, module load or graph capture after open). Each test skips with its reason when kiln was
+ * built without CUDA, when the binary runs under ASan (the GPU tests run in `make test-cuda`), or when no
+ * GPU is present.
+ */
+#include "test.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "formats/formats.h"
+#include "model/model.h"
+#include "session/backend.h"
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_TEST_ASAN 1
+#endif
+#endif
+
+/* True when the GPU tests can run here; otherwise marks the test skipped with the reason. */
+static bool gpu_ready(void) {
+#ifndef KILN_HAVE_CUDA
+    test_skip("kiln was built without CUDA (nvcc not found)");
+    return false;
+#elif defined(KILN_TEST_ASAN)
+    test_skip("ASan build: the CUDA driver and ASan do not mix; `make test-cuda` runs these on a GPU");
+    return false;
+#else
+    kiln_cuda_device_info di;
+    kiln_cuda_probe(&di);
+    if (!di.present) {
+        test_skip("no GPU: %s", di.reason);
+        return false;
+    }
+    return true;
+#endif
+}
+
+#ifdef KILN_HAVE_CUDA
+
+/* The probe must answer without a GPU too, with a reason, and never claim both SASS and JIT. */
+TEST(cuda_probe_answers_with_or_without_gpu) {
+#ifdef KILN_TEST_ASAN
+    /* the probe does not touch the CUDA runtime when no driver library exists, so it runs under ASan there */
+#endif
+    kiln_cuda_device_info di;
+    kiln_cuda_probe(&di);
+    if (!di.present) {
+        CHECKF(di.reason[0] != '\0', "no GPU and no reason given");
+    } else {
+        CHECK(di.name[0] != '\0');
+        CHECK(di.cc_major >= 1);
+        CHECK(!(di.sass_arch && di.would_jit));
+        printf("  %s sm_%d%d, SASS sm_%d, would_jit %d\n", di.name, di.cc_major, di.cc_minor, di.sass_arch,
+               (int)di.would_jit);
+    }
+    CHECK(strstr(kiln_cuda_archs_built(), "sm_90") != NULL);
+    CHECK(strstr(kiln_cuda_archs_built(), "PTX") != NULL);
+}
+
+static void fill_normal(uint64_t *rng, float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = scale * test_rand_normal(rng);
+}
+
+/* Relative L2 error of y against the double reference. */
+static double rel_err(const float *y, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(y[i])) return INFINITY;
+        num += (y[i] - ref[i]) * (y[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static const uint32_t kernel_types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0,
+                                        KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+
+/* Quantizes a random out x in matrix with the reference quantizer; *deq receives its exact values. */
+static void *random_weight(uint64_t *rng, uint32_t type, int in, int out, float **deq) {
+    const kiln_type_info *ti = kiln_type_get(type);
+    const size_t row = kiln_row_bytes(type, (uint64_t)in);
+    float *f = malloc(sizeof(float) * (size_t)in * out);
+    uint8_t *w = malloc(row * out);
+    *deq = malloc(sizeof(float) * (size_t)in * out);
+    fill_normal(rng, f, (size_t)in * out, 0.05f);
+    for (int r = 0; r < out; r++) {
+        ti->from_float(f + (size_t)r * in, w + (size_t)r * row, in);
+        ti->to_float(w + (size_t)r * row, *deq + (size_t)r * in, in);
+    }
+    free(f);
+    return w;
+}
+
+TEST(cuda_matvec_matches_scalar_reference_every_type) {
+    if (!gpu_ready()) return;
+    uint64_t rng = 0xC0DA1;
+    const int shapes[][2] = {{512, 67}, {1024, 130}, {172, 33}};
+    for (size_t t = 0; t < sizeof kernel_types / sizeof kernel_types[0]; t++) {
+        const uint32_t type = kernel_types[t];
+        const kiln_type_info *ti = kiln_type_get(type);
+        for (size_t s = 0; s < 3; s++) {
+            const int in = shapes[s][0], out = shapes[s][1];
+            if (in % (int)ti->block_size) continue;
+            float *deq;
+            void *w = random_weight(&rng, type, in, out, &deq);
+            float *x = malloc(sizeof(float) * in), *nw = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
+            double *ref = malloc(sizeof(double) * out);
+            fill_normal(&rng, x, (size_t)in, 1.0f);
+            fill_normal(&rng, nw, (size_t)in, 1.0f);
+            for (int norm = 0; norm < 2; norm++) {
+                /* the reference: plain, or RMSNorm(x) * w first */
+                double ss = 0;
+                for (int k = 0; k < in; k++) ss += (double)x[k] * x[k];
+                const double scale = 1.0 / sqrt(ss / in + 1e-5);
+                for (int r = 0; r < out; r++) {
+                    double acc = 0;
+                    for (int k = 0; k < in; k++)
+                        acc += (double)deq[(size_t)r * in + k] * (norm ? x[k] * scale * nw[k] : x[k]);
+                    ref[r] = acc;
+                }
+                for (int r = 0; r < out; r++) y[r] = NAN;
+                CHECK_OK(kiln_cuda_test_matvec(type, w, in, out, x, norm ? nw : NULL, y));
+                const double e = rel_err(y, ref, (size_t)out);
+                CHECKF(e < 2e-5, "matvec %s %dx%d norm=%d: relative error %.3g", ti->name, out, in, norm, e);
+            }
+            free(w), free(deq), free(x), free(nw), free(y), free(ref);
+        }
+    }
+}
+
+TEST(cuda_gemm_matches_scalar_reference_every_type) {
+    if (!gpu_ready()) return;
+    uint64_t rng = 0x6E33;
+    const int shapes[][3] = {{512, 130, 77}, {256, 64, 3}, {172, 70, 65}};
+    for (size_t t = 0; t < sizeof kernel_types / sizeof kernel_types[0]; t++) {
+        const uint32_t type = kernel_types[t];
+        const kiln_type_info *ti = kiln_type_get(type);
+        for (size_t s = 0; s < 3; s++) {
+            const int in = shapes[s][0], out = shapes[s][1], n_tok = shapes[s][2];
+            if (in % (int)ti->block_size) continue;
+            float *deq;
+            void *w = random_weight(&rng, type, in, out, &deq);
+            float *x = malloc(sizeof(float) * in * n_tok), *y = malloc(sizeof(float) * out * n_tok);
+            double *ref = malloc(sizeof(double) * out * n_tok);
+            fill_normal(&rng, x, (size_t)in * n_tok, 1.0f);
+            for (int tk = 0; tk < n_tok; tk++)
+                for (int r = 0; r < out; r++) {
+                    double acc = 0;
+                    for (int k = 0; k < in; k++) acc += (double)deq[(size_t)r * in + k] * x[(size_t)tk * in + k];
+                    ref[(size_t)tk * out + r] = acc;
+                }
+            for (int i = 0; i < out * n_tok; i++) y[i] = NAN;
+            CHECK_OK(kiln_cuda_test_gemm(type, w, in, out, x, n_tok, y));
+            /* F16 operands on the tensor cores: about 1e-3 relative */
+            const double e = rel_err(y, ref, (size_t)out * n_tok);
+            CHECKF(e < 4e-3, "gemm %s %dx%d x %d tokens: relative error %.3g", ti->name, out, in, n_tok, e);
+            free(w), free(deq), free(x), free(y), free(ref);
+        }
+    }
+}
+
+/* Scalar causal attention in double. */
+static void attention_ref(const float *q, const float *k, const float *v, int nh, int nkv, int hd, int pos0, int n_tok,
+                          double *out) {
+    const int Q = nh * hd, KV = nkv * hd, G = nh / nkv;
+    double *sc = malloc(sizeof(double) * (pos0 + n_tok));
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < nh; h++) {
+            const int n_keys = pos0 + t + 1, kvh = h / G;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n_keys; j++) {
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += (double)q[(size_t)t * Q + h * hd + c] * k[(size_t)j * KV + kvh * hd + c];
+                sc[j] = d / sqrt((double)hd);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < n_keys; j++) sum += (sc[j] = exp(sc[j] - mx));
+            for (int c = 0; c < hd; c++) {
+                double o = 0;
+                for (int j = 0; j < n_keys; j++) o += sc[j] * v[(size_t)j * KV + kvh * hd + c];
+                out[(size_t)t * Q + h * hd + c] = o / sum;
+            }
+        }
+    free(sc);
+}
+
+TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
+    if (!gpu_ready()) return;
+    uint64_t rng = 0xA77;
+    const struct { int nh, nkv, hd, pos0, n_tok, split; } cases[] = {
+        {6, 2, 64, 200, 1, 1},  /* decode: four active splits and an idle one, combined */
+        {6, 2, 64, 0, 1, 1},    /* decode at position 0 */
+        {8, 4, 8, 70, 1, 1},    /* stories260K's heads */
+        {6, 2, 64, 5, 37, 0},   /* prefill after 5 cached positions */
+        {32, 8, 128, 0, 70, 0}, /* prefill, head_dim 128, groups of 4 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int nh = cases[c].nh, nkv = cases[c].nkv, hd = cases[c].hd, pos0 = cases[c].pos0, n_tok = cases[c].n_tok;
+        const int Q = nh * hd, KV = nkv * hd, n_keys = pos0 + n_tok;
+        float *q = malloc(sizeof(float) * Q * n_tok), *k = malloc(sizeof(float) * KV * n_keys);
+        float *v = malloc(sizeof(float) * KV * n_keys), *out = malloc(sizeof(float) * Q * n_tok);
+        double *ref = malloc(sizeof(double) * Q * n_tok);
+        fill_normal(&rng, q, (size_t)Q * n_tok, 1.0f);
+        fill_normal(&rng, k, (size_t)KV * n_keys, 1.0f);
+        fill_normal(&rng, v, (size_t)KV * n_keys, 1.0f);
+        /* the device keeps K and V in F16: the reference reads the same rounded values */
+        for (int i = 0; i < KV * n_keys; i++) k[i] = kiln_f16_to_f32(kiln_f32_to_f16(k[i])), v[i] = kiln_f16_to_f32(kiln_f32_to_f16(v[i]));
+        attention_ref(q, k, v, nh, nkv, hd, pos0, n_tok, ref);
+        for (int i = 0; i < Q * n_tok; i++) out[i] = NAN;
+        CHECK_OK(kiln_cuda_test_attention(q, k, v, nh, nkv, hd, pos0, n_tok, cases[c].split, out));
+        const double e = rel_err(out, ref, (size_t)Q * n_tok);
+        CHECKF(e < (cases[c].split ? 1e-4 : 2e-3), "attention case %zu (split %d): relative error %.3g", c,
+               cases[c].split, e);
+        free(q), free(k), free(v), free(out), free(ref);
+    }
+}
+
+/* ---- the whole model */
+
+static int32_t argmax_of(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb + 1e-300);
+}
+
+static bool load_ids(const char *rel, char *model, size_t cap, int32_t *ids, size_t *n) {
+    json_error_t err;
+    json_t *root = json_load_file(test_shared(rel), 0, &err);
+    if (!root) {
+        test_failf(__FILE__, __LINE__, "cannot parse %s: %s", rel, err.text);
+        return false;
+    }
+    json_t *g = json_object_get(root, "generated_token_ids");
+    *n = 0;
+    for (size_t i = 0; i < json_array_size(g) && i < 256; i++) ids[(*n)++] = (int32_t)json_integer_value(json_array_get(g, i));
+    snprintf(model, cap, "%s", json_string_value(json_object_get(root, "model")));
+    json_decref(root);
+    return *n > 0;
+}
+
+/* CUDA against the CPU backend on every trained model file: greedy from BOS for 64 steps in lockstep (the
+ * CUDA pick feeds both), cosine >= 0.999 at every step, the CUDA argmax equal to its own logits' argmax and
+ * to llama.cpp's ids for at least 50 steps; then a 16-token prefill through the tensor-core path. */
+TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
+    if (!gpu_ready()) return;
+    static const char *refs[] = {
+        "models/stories260K/expected/llama.cpp/stories260K.greedy-BOS-200.json",
+        "models/stories260K/expected/llama.cpp/quants/stories260K-F16.greedy-BOS-100.json",
+        "models/stories260K/expected/llama.cpp/quants/stories260K-Q8_0-ffn_down-F16.greedy-BOS-100.json",
+        "models/stories260K/expected/llama.cpp/quants/stories260K-Q4_0-ffn_down-F16.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/TinyStories-656K-Q8_0.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-F32.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-F16.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-BF16.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-Q5_1.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-Q5_0.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-Q4_1.greedy-BOS-100.json",
+        "models/tinystories-656K/expected/llama.cpp/quants/TinyStories-656K-Q4_0.greedy-BOS-100.json",
+    };
+    const kiln_backend_ops *cu = kiln_backend_cuda();
+    REQUIRE(cu != NULL);
+    for (size_t f = 0; f < sizeof refs / sizeof refs[0]; f++) {
+        char rel[512];
+        int32_t want[256];
+        size_t n_want;
+        if (!load_ids(refs[f], rel, sizeof rel, want, &n_want)) continue;
+        kiln_model *m;
+        REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
+        const int V = m->hp.n_vocab;
+        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 32, .n_threads = 2};
+        kiln_phases ph_cpu = {0}, ph_cu = {0};
+        void *sc = NULL, *sg = NULL;
+        REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
+        REQUIRE_OK(cu->open(m, &cfg, &ph_cu, &sg));
+        float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
+        int32_t tok = 1, ids[64];
+        double worst = 1.0;
+        size_t same = 0;
+        bool departed = false;
+        for (int step = 0; step < 64; step++) {
+            int32_t pick = -1;
+            REQUIRE_OK(kiln_backend_cpu.forward(sc, &tok, 1, step, lc, NULL));
+            REQUIRE_OK(cu->forward(sg, &tok, 1, step, lg, &pick));
+            const double cs = cosine(lc, lg, V);
+            worst = cs < worst ? cs : worst;
+            CHECKF(cs >= 0.999, "%s step %d: cosine %.6f", rel, step, cs);
+            CHECKF(pick == argmax_of(lg, V), "%s step %d: device argmax %d, logits' argmax %d", rel, step, pick,
+                   argmax_of(lg, V));
+            ids[step] = pick;
+            if (!departed && (size_t)step < n_want && pick == want[step]) same++;
+            else departed = true;
+            tok = pick;
+        }
+        printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's\n", rel, worst, same);
+        CHECKF(same >= 50 || same == n_want, "%s: only %zu greedy ids equal to llama.cpp's", rel, same);
+
+        /* prefill of 16 tokens (BOS + the greedy ids) through the GEMM path */
+        kiln_backend_cpu.reset(sc);
+        cu->reset(sg);
+        int32_t prompt[16] = {1};
+        memcpy(prompt + 1, ids, 15 * sizeof(int32_t));
+        int32_t pick = -1;
+        REQUIRE_OK(kiln_backend_cpu.forward(sc, prompt, 16, 0, lc, NULL));
+        REQUIRE_OK(cu->forward(sg, prompt, 16, 0, lg, &pick));
+        const double cs = cosine(lc, lg, V);
+        CHECKF(cs >= 0.999, "%s prefill 16: cosine %.6f", rel, cs);
+        CHECKF(pick == argmax_of(lg, V), "%s prefill: device argmax %d vs %d", rel, pick, argmax_of(lg, V));
+        /* and decode continues from the prefilled cache */
+        REQUIRE_OK(kiln_backend_cpu.forward(sc, &pick, 1, 16, lc, NULL));
+        REQUIRE_OK(cu->forward(sg, &pick, 1, 16, lg, NULL));
+        CHECKF(cosine(lc, lg, V) >= 0.999, "%s decode after prefill: cosine %.6f", rel, cosine(lc, lg, V));
+        free(lc), free(lg);
+        cu->close(sg);
+        kiln_backend_cpu.close(sc);
+        kiln_model_close(m);
+    }
+}
+
+/* The same decode steps from the graph and from eager launches give bit-identical logits. */
+TEST(cuda_graph_replay_bit_identical_to_eager) {
+    if (!gpu_ready()) return;
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
+    const kiln_backend_ops *cu = kiln_backend_cuda();
+    kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_threads = 1};
+    kiln_phases ph = {0};
+    void *sg;
+    REQUIRE_OK(cu->open(m, &cfg, &ph, &sg));
+    const int V = m->hp.n_vocab, steps = 24;
+    float *a = malloc(sizeof(float) * V * steps), *b = malloc(sizeof(float) * V * steps);
+    for (int mode = 0; mode < 2; mode++) {
+        float *dst = mode == 0 ? a : b;
+        kiln_cuda_set_use_graph(sg, mode == 0);
+        cu->reset(sg);
+        int32_t prompt[5] = {1, 147, 201, 282, 215}, tok;
+        REQUIRE_OK(cu->forward(sg, prompt, 5, 0, NULL, &tok));
+        for (int s = 0; s < steps; s++) {
+            REQUIRE_OK(cu->forward(sg, &tok, 1, 5 + s, dst + (size_t)s * V, NULL));
+            tok = argmax_of(dst + (size_t)s * V, V);
+        }
+    }
+    CHECKF(memcmp(a, b, sizeof(float) * V * steps) == 0, "graph replay and eager launches differ");
+    cu->close(sg);
+    free(a), free(b);
+    kiln_model_close(m);
+}
+
+/* The first-call contract: after kiln_session_open, a prefill and 32 decode steps allocate nothing on the
+ * host or the device, load no module and capture no graph. */
+TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
+    if (!gpu_ready()) return;
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
+    kiln_session *s;
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA}, &s));
+    CHECK_STR(kiln_session_backend(s), "cuda");
+    int32_t prompt[13] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
+    const uint64_t heap0 = test_heap_calls();
+    const float *logits;
+    REQUIRE_OK(kiln_prefill(s, prompt, 13, &logits));
+    int32_t tok = argmax_of(logits, m->hp.n_vocab);
+    for (int i = 0; i < 16; i++) {
+        REQUIRE_OK(kiln_decode(s, tok, &logits));
+        tok = argmax_of(logits, m->hp.n_vocab);
+    }
+    for (int i = 0; i < 16; i++) REQUIRE_OK(kiln_decode_greedy(s, tok, &tok));
+    const uint64_t heap = test_heap_calls() - heap0;
+    kiln_stats st;
+    kiln_session_stats(s, &st);
+    printf("  after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
+           "malloc calls in the process %llu\n",
+           (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
+           (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures,
+           (unsigned long long)st.jit_compiles, (unsigned long long)heap);
+    CHECK_EQ_INT(st.host_allocs, 0);
+    CHECK_EQ_INT(st.device_allocs, 0);
+    CHECK_EQ_INT(st.module_loads, 0);
+    CHECK_EQ_INT(st.graph_captures, 0);
+    CHECK_EQ_INT(st.jit_compiles, 0);
+    CHECK_EQ_INT(heap, 0);
+    CHECK_EQ_INT(st.tokens_decoded, 32);
+    kiln_session_close(s);
+    kiln_model_close(m);
+}
+
+/* The open phases of the CUDA backend are reported once each. */
+TEST(cuda_open_reports_its_phases) {
+    if (!gpu_ready()) return;
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared("models/stories260K/stories260K.gguf"), &m));
+    kiln_backend_config cfg = {.n_ctx = 64, .max_batch = 16, .n_threads = 1};
+    kiln_phases ph = {0};
+    void *sg;
+    REQUIRE_OK(kiln_backend_cuda()->open(m, &cfg, &ph, &sg));
+    const char *want[] = {"open.cuda_init", "open.arena", "open.upload", "open.kernels", "open.graphs", "open.cuda_warm"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int n = 0;
+        for (size_t j = 0; j < ph.n; j++) n += !strcmp(ph.items[j].name, want[i]);
+        CHECKF(n == 1, "phase %s reported %d times", want[i], n);
+    }
+    kiln_cuda_session_info si;
+    kiln_cuda_session_get_info(sg, &si);
+    CHECK(si.n_kernels > 10);
+    CHECK(si.graph_nodes > 5 * m->hp.n_layer);
+    CHECK(si.file_weight_bytes > 0);
+    printf("  arena %.1f MiB, upload %.2f GB/s, %d kernels, %d graph nodes\n", si.arena_bytes / 1048576.0,
+           si.upload_gbps, si.n_kernels, si.graph_nodes);
+    kiln_backend_cuda()->close(sg);
+    kiln_model_close(m);
+}
+
+#else
+
+TEST(cuda_not_built_skips) { (void)gpu_ready(); }
+
+#endif
