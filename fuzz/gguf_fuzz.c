@@ -30,7 +30,9 @@ static void walk_array(const gguf_arr *a, int depth) {
             walk_array(&sub, depth + 1);
             break;
         }
-        case GGUF_VT_F32: case GGUF_VT_F64: sink += (uint64_t)(gguf_arr_f64(a, i) != 0); break;
+        case GGUF_VT_F32: case GGUF_VT_F64:
+            sink += (uint64_t)(gguf_arr_f64(a, i) != 0) + (uint64_t)gguf_arr_i64(a, i);
+            break;
         default: sink += (uint64_t)gguf_arr_i64(a, i); break;
         }
     }

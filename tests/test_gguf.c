@@ -501,3 +501,123 @@ TEST(gguf_fuzz_smoke_30s) {
            "fuzzer failed (rc %d):\n%.4000s", rc, text);
     free(text);
 }
+
+/* ---- the writer's own contract ---- */
+
+static kiln_status fill_pattern(void *ctx, size_t i, void *dst, uint64_t nbytes) {
+    int *fail_at = ctx;
+    if (fail_at && (int)i == *fail_at) return kiln_fail(KILN_ERR_IO, "source read failed");
+    for (uint64_t k = 0; k < nbytes; k++) ((uint8_t *)dst)[k] = (uint8_t)(i * 31 + k * 7);
+    return KILN_OK;
+}
+
+TEST(gguf_writer_every_type_and_callback) {
+    gguf_writer *w;
+    REQUIRE_OK(gguf_writer_open(&w));
+    CHECK_OK(gguf_set_u8(w, "u8", 200));
+    CHECK_OK(gguf_set_i8(w, "i8", -100));
+    CHECK_OK(gguf_set_u16(w, "u16", 60000));
+    CHECK_OK(gguf_set_i16(w, "i16", -30000));
+    CHECK_OK(gguf_set_u32(w, "u32", 4000000000u));
+    CHECK_OK(gguf_set_i32(w, "i32", -2000000000));
+    CHECK_OK(gguf_set_u64(w, "u64", 1ull << 63));
+    CHECK_OK(gguf_set_i64(w, "i64", INT64_MIN));
+    CHECK_OK(gguf_set_f32(w, "f32", 0.1f));
+    CHECK_OK(gguf_set_f64(w, "f64", 0.1));
+    CHECK_OK(gguf_set_bool(w, "bool", true));
+    CHECK_OK(gguf_set_str(w, "str", "h\0i", 3));
+    const int32_t ints[3] = {1, -2, 3};
+    CHECK_OK(gguf_set_arr_data(w, "ints", GGUF_VT_I32, ints, 3));
+    const gguf_str strs[2] = {{"alpha", 5}, {"", 0}};
+    CHECK_OK(gguf_set_arr_str(w, "strs", strs, 2));
+    CHECK_OK(gguf_set_u32(w, "u8", 7));              /* replaced in place, type changes */
+    CHECK_OK(gguf_set_u32(w, "general.alignment", 64));
+    CHECK_OK(gguf_set_u32(w, "gone", 1));
+    CHECK_OK(gguf_remove_key(w, "gone"));
+    CHECK_EQ_INT(gguf_remove_key(w, "gone"), KILN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(gguf_set_arr_data(w, "bad", GGUF_VT_STRING, ints, 1), KILN_ERR_INVALID_ARG);
+    const uint64_t ne_a[2] = {32, 3}, ne_b[1] = {256}, ne_bad[1] = {33};
+    CHECK_OK(gguf_add_tensor(w, "a", KILN_TYPE_Q8_0, 2, ne_a, NULL));
+    CHECK_OK(gguf_add_tensor(w, "b", KILN_TYPE_Q4_K, 1, ne_b, NULL));
+    CHECK_EQ_INT(gguf_add_tensor(w, "a", KILN_TYPE_F32, 1, ne_b, NULL), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "'a' added twice"));
+    CHECK_EQ_INT(gguf_add_tensor(w, "c", 4, 1, ne_b, NULL), KILN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(gguf_add_tensor(w, "c", KILN_TYPE_Q4_0, 1, ne_bad, NULL), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "not a multiple of the q4_0 block size 32"));
+    char path[512];
+    snprintf(path, sizeof path, "%s/all.gguf", test_tmpdir());
+    CHECK_EQ_INT(gguf_writer_write(w, path, NULL, NULL), KILN_ERR_INVALID_ARG); /* no data, no callback */
+    REQUIRE_OK(gguf_writer_write(w, path, fill_pattern, NULL));
+    gguf_writer_close(w);
+
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(path, &f));
+    CHECK_EQ_INT(gguf_n_kv(f), 15);
+    CHECK(gguf_str_eq(gguf_kv_at(f, 0)->key, "u8"));
+    CHECK_EQ_INT(gguf_kv_at(f, 0)->value.type, GGUF_VT_U32);
+    CHECK_EQ_INT(gguf_kv_at(f, 0)->value.v.u, 7);
+    CHECK_EQ_INT(gguf_find(f, "i8")->value.v.i, -100);
+    CHECK_EQ_INT(gguf_find(f, "u16")->value.v.u, 60000);
+    CHECK_EQ_INT(gguf_find(f, "i16")->value.v.i, -30000);
+    CHECK_EQ_INT(gguf_find(f, "u32")->value.v.u, 4000000000u);
+    CHECK_EQ_INT(gguf_find(f, "i32")->value.v.i, -2000000000);
+    CHECK(gguf_find(f, "u64")->value.v.u == 1ull << 63);
+    CHECK(gguf_find(f, "i64")->value.v.i == INT64_MIN);
+    CHECK(gguf_find(f, "f32")->value.v.f == (double)0.1f);
+    CHECK(gguf_find(f, "f64")->value.v.f == 0.1);
+    CHECK(gguf_find(f, "bool")->value.v.u == 1);
+    gguf_str s = gguf_find(f, "str")->value.v.str;
+    CHECK(s.len == 3 && !memcmp(s.ptr, "h\0i", 3));
+    gguf_arr a;
+    REQUIRE_OK(gguf_get_arr(f, "ints", GGUF_VT_I32, &a));
+    CHECK(a.n == 3 && gguf_arr_i64(&a, 1) == -2);
+    REQUIRE_OK(gguf_get_arr(f, "strs", GGUF_VT_STRING, &a));
+    CHECK(a.n == 2 && gguf_str_eq(gguf_arr_str(&a, 0), "alpha") && gguf_arr_str(&a, 1).len == 0);
+    CHECK(gguf_find(f, "gone") == NULL);
+    CHECK_EQ_INT(gguf_alignment(f), 64);
+    CHECK_EQ_INT(gguf_data_offset(f) % 64, 0);
+    REQUIRE(gguf_n_tensors(f) == 2);
+    const gguf_tensor *ta = gguf_find_tensor(f, "a"), *tb = gguf_find_tensor(f, "b");
+    REQUIRE(ta && tb);
+    CHECK_EQ_INT(ta->nbytes, 3 * 34);
+    CHECK_EQ_INT(tb->nbytes, 144);
+    CHECK_EQ_INT(tb->offset, 128); /* 102 bytes padded to 64 */
+    uint8_t expect[144];
+    fill_pattern(NULL, 1, expect, 144);
+    CHECK(!memcmp(tb->data, expect, 144));
+    CHECK_EQ_INT(gguf_file_size(f), gguf_data_offset(f) + 128 + 192); /* the last tensor is padded too */
+    gguf_close(f);
+}
+
+TEST(gguf_writer_failure_leaves_no_file) {
+    char path[512], tmp[600];
+    snprintf(path, sizeof path, "%s/out.gguf", test_tmpdir());
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const uint64_t ne[1] = {64};
+    /* a first good file at path */
+    gguf_writer *w;
+    REQUIRE_OK(gguf_writer_open(&w));
+    CHECK_OK(gguf_set_str(w, "general.name", "first", 5));
+    CHECK_OK(gguf_add_tensor(w, "x", KILN_TYPE_F32, 1, ne, NULL));
+    CHECK_OK(gguf_add_tensor(w, "y", KILN_TYPE_F32, 1, ne, NULL));
+    REQUIRE_OK(gguf_writer_write(w, path, fill_pattern, NULL));
+    /* a second write whose data callback fails on tensor 1: the first file stays, no tmp is left */
+    CHECK_OK(gguf_set_str(w, "general.name", "second", 6));
+    int fail_at = 1;
+    CHECK_EQ_INT(gguf_writer_write(w, path, fill_pattern, &fail_at), KILN_ERR_IO);
+    CHECK(strstr(kiln_last_error(), "tensor 'y'") && strstr(kiln_last_error(), "source read failed"));
+    CHECK(access(tmp, F_OK) != 0);
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(path, &f));
+    gguf_str name;
+    CHECK_OK(gguf_get_str(f, "general.name", &name));
+    CHECK(gguf_str_eq(name, "first"));
+    gguf_close(f);
+    /* a directory that does not exist: an I/O error naming the tmp path */
+    CHECK_EQ_INT(gguf_writer_write(w, "/nonexistent-dir/x.gguf", fill_pattern, NULL), KILN_ERR_IO);
+    CHECK(strstr(kiln_last_error(), "/nonexistent-dir/x.gguf.tmp"));
+    /* a bad general.alignment is refused before anything is written */
+    CHECK_OK(gguf_set_u32(w, "general.alignment", 48));
+    CHECK_EQ_INT(gguf_writer_write(w, path, fill_pattern, NULL), KILN_ERR_INVALID_ARG);
+    gguf_writer_close(w);
+}

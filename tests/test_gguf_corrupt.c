@@ -281,6 +281,9 @@ TEST(gguf_crafted_tensor_errors) {
     EXPECT_FAIL(&b, KILN_ERR_FORMAT, t0 + 9 + 4 + 8, "tensor 'w'", "dimension 1 is 0");
     FILE_WITH(rb_tensor(&b, "w", 3, nebig, 0, 0));
     EXPECT_FAIL(&b, KILN_ERR_FORMAT, t0 + 9 + 4 + 8, "tensor 'w'", "overflow");
+    uint64_t ne62[1] = {1ull << 62}; /* 2^62 f32 values: 2^64 bytes, which must not wrap to 0 */
+    FILE_WITH(rb_tensor(&b, "w", 1, ne62, KILN_TYPE_F32, 0));
+    EXPECT_FAIL(&b, KILN_ERR_FORMAT, t0, "tensor 'w'", "byte size", "overflows");
     FILE_WITH(rb_tensor(&b, "w", 1, ne33, KILN_TYPE_Q4_0, 0));
     EXPECT_FAIL(&b, KILN_ERR_FORMAT, t0 + 9 + 4 + 8, "tensor 'w'", "row length 33", "block size 32");
     FILE_WITH(rb_tensor(&b, "w", 1, ne8, 0, 16));

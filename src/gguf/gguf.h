@@ -105,7 +105,8 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i);
 /* Element i of an array of arrays. */
 gguf_arr gguf_arr_sub(const gguf_arr *a, uint64_t i);
-/* Element i of a numeric array, converted. */
+/* Element i of a numeric array, converted (bool as 0/1; floats to i64 truncate toward zero, saturate,
+ * NaN gives 0). */
 double gguf_arr_f64(const gguf_arr *a, uint64_t i);
 int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i);
 

@@ -380,11 +380,11 @@ static kiln_status parse_tensor_info(parser *p, size_t i, gguf_tensor *t) {
     if (t->ne[0] % ti->block_size)
         return perr(p, KILN_ERR_FORMAT, at, "row length %llu is not a multiple of the %s block size %u",
                     (unsigned long long)t->ne[0], ti->name, ti->block_size);
-    uint64_t row = (t->ne[0] / ti->block_size) * ti->type_size; /* cannot overflow: type_size <= 292 */
-    uint64_t rows = count / t->ne[0];
-    if (__builtin_mul_overflow(row, rows, &t->nbytes))
-        return perr(p, KILN_ERR_FORMAT, t->info_offset, "byte size of %llu rows of %llu bytes overflows",
-                    (unsigned long long)rows, (unsigned long long)row);
+    uint64_t row, rows = count / t->ne[0];
+    if (__builtin_mul_overflow(t->ne[0] / ti->block_size, (uint64_t)ti->type_size, &row) ||
+        __builtin_mul_overflow(row, rows, &t->nbytes))
+        return perr(p, KILN_ERR_FORMAT, t->info_offset, "byte size of %llu rows of %llu %s values overflows",
+                    (unsigned long long)rows, (unsigned long long)t->ne[0], ti->name);
     KILN_TRY(get_u64(p, "data offset", &t->offset));
     return KILN_OK;
 }
@@ -672,6 +672,14 @@ double gguf_arr_f64(const gguf_arr *a, uint64_t i) {
     }
 }
 
+/* A float truncated toward zero, saturated to the i64 range (NaN gives 0): never undefined behaviour. */
+static int64_t saturate_i64(double x) {
+    if (x != x) return 0;
+    if (x >= 9223372036854775807.0) return INT64_MAX;
+    if (x <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)x;
+}
+
 int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i) {
     KILN_ASSERT(i < a->n);
     const uint8_t *p = a->data + i * vtype_size[a->elem];
@@ -684,8 +692,8 @@ int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i) {
     case GGUF_VT_I32: return (int32_t)rd_u32(p);
     case GGUF_VT_U64: return (int64_t)rd_u64(p);
     case GGUF_VT_I64: return (int64_t)rd_u64(p);
-    case GGUF_VT_F32: { float x; memcpy(&x, p, 4); return (int64_t)x; }
-    case GGUF_VT_F64: { double x; memcpy(&x, p, 8); return (int64_t)x; }
+    case GGUF_VT_F32: { float x; memcpy(&x, p, 4); return saturate_i64(x); }
+    case GGUF_VT_F64: { double x; memcpy(&x, p, 8); return saturate_i64(x); }
     default: KILN_ASSERT(!"gguf_arr_i64 on a string or array element"); return 0;
     }
 }

@@ -285,8 +285,9 @@ kiln_status gguf_add_tensor(gguf_writer *w, const char *name, uint32_t type, uin
     if (t.ne[0] % ti->block_size)
         return kiln_fail(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s': row length %llu is not a multiple of the %s block size %u",
                          name, (unsigned long long)t.ne[0], ti->name, ti->block_size);
-    uint64_t row = t.ne[0] / ti->block_size * ti->type_size;
-    if (__builtin_mul_overflow(row, count / t.ne[0], &t.nbytes))
+    uint64_t row;
+    if (__builtin_mul_overflow(t.ne[0] / ti->block_size, (uint64_t)ti->type_size, &row) ||
+        __builtin_mul_overflow(row, count / t.ne[0], &t.nbytes))
         return kiln_fail(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s': byte size overflows", name);
     if (w->n_tensors == w->cap_tensors) {
         size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
