@@ -1,0 +1,68 @@
+/*
+ * chat.h — chat templates for the CLI and the session: compile a template (a model's
+ * tokenizer.chat_template, a built-in by name, or a file), then render a conversation to the prompt
+ * text the model expects. Rendering matches Hugging Face's apply_chat_template (jinja2 with
+ * trim_blocks and lstrip_blocks; see jinja.h). The prompt is meant to be tokenized with parse_special.
+ */
+#ifndef KILN_TOKENIZER_CHAT_H
+#define KILN_TOKENIZER_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kiln.h"
+#include "gguf/gguf.h"
+
+typedef struct kiln_chat_template kiln_chat_template;
+
+typedef struct kiln_chat_message {
+    const char *role;      /* "system", "user", "assistant", "tool", ... (UTF-8, NUL-terminated) */
+    const char *content;
+} kiln_chat_message;
+
+typedef struct kiln_chat_render_opts {
+    bool add_generation_prompt;   /* end with the opening of an assistant turn */
+    const char *bos_token;        /* NULL = "" */
+    const char *eos_token;        /* NULL = "" */
+    /* strftime_now()'s time in seconds since the epoch, formatted as UTC (tests); 0 = local now */
+    int64_t now;
+} kiln_chat_render_opts;
+
+/* The source of a built-in template (chatml, llama2, llama3, mistral, gemma, phi3, zephyr), or NULL. */
+const char *kiln_chat_builtin(const char *name);
+/* The built-in names, comma-separated (for usage texts). */
+const char *kiln_chat_builtin_names(void);
+
+/* Compiles src; unsupported constructs and syntax errors fail here with the construct and its
+ * line:column. name is used in messages. */
+kiln_status kiln_chat_template_parse(const char *src, size_t len, const char *name, kiln_chat_template **out);
+/* Reads and compiles a template file (a .jinja file, or a tokenizer_config.json whose chat_template is
+ * a string or a list of {name, template} where "default" is used). */
+kiln_status kiln_chat_template_load_file(const char *path, kiln_chat_template **out);
+/* A --chat-template value: a built-in name, else a file path. */
+kiln_status kiln_chat_template_resolve(const char *name_or_path, kiln_chat_template **out);
+void kiln_chat_template_free(kiln_chat_template *t);
+
+/* Renders n messages. *out is kiln_malloc'd and NUL-terminated (kiln_free it); out_len may be NULL.
+ * A template's raise_exception() is KILN_ERR_INVALID_ARG with the template's message. */
+kiln_status kiln_chat_render(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n,
+                             const kiln_chat_render_opts *opts, char **out, size_t *out_len);
+
+/* Renders with every variable given as one JSON object: messages (with tool_calls, reasoning_content,
+ * ... as the template wants), add_generation_prompt, bos_token, eos_token, tools, documents and any
+ * template keyword such as enable_thinking. tools and documents default to null as in transformers. */
+kiln_status kiln_chat_render_vars(const kiln_chat_template *t, const json_t *vars, int64_t now, char **out,
+                                  size_t *out_len);
+
+/* A GGUF file's chat facts as views into its map (empty when absent): tokenizer.chat_template and the
+ * text of the bos/eos tokens (tokenizer.ggml.{bos,eos}_token_id into tokenizer.ggml.tokens). Fails only
+ * when a key exists with a wrong type or an id is out of range. */
+typedef struct kiln_chat_gguf {
+    gguf_str chat_template, bos_token, eos_token;
+} kiln_chat_gguf;
+kiln_status kiln_chat_from_gguf(const gguf_file *f, kiln_chat_gguf *out);
+
+#endif
