@@ -20,7 +20,7 @@
 #define JINJA_MAX_EVAL_DEPTH 400
 #define JINJA_MAX_MACRO_DEPTH 64
 #define JINJA_MAX_STEPS 50000000ull
-#define JINJA_RENDER_ARENA_LIMIT (512u << 20)
+#define JINJA_RENDER_ARENA_LIMIT (256u << 20)
 #define JINJA_DEFAULT_MAX_OUTPUT (64u << 20)
 
 struct jscope {
@@ -755,8 +755,9 @@ static signal_t exec_for(jctx *c, const jnode *n, jscope *s) {
     jv seq = jinja_iter_list(c, n->b, eval(c, n->b, s));
     if (n->c) {
         jv kept = jv_new_list(c, n, seq.u.list->n);
+        jscope *fs = scope_new(c, s);
         for (size_t i = 0; i < seq.u.list->n; i++) {
-            jscope *fs = scope_new(c, s);
+            fs->n = 0;
             assign(c, n->a, fs, seq.u.list->items[i]);
             if (jv_truthy(c, n->c, eval(c, n->c, fs))) jv_list_push(c, n, kept, seq.u.list->items[i]);
         }
@@ -769,9 +770,11 @@ static signal_t exec_for(jctx *c, const jnode *n, jscope *s) {
     lp->depth = 1;
     jv loopv = {.type = JV_LOOP};
     loopv.u.loop = lp;
+    /* one scope for all iterations, emptied before each (nothing can keep a reference to a scope) */
+    jscope *is = scope_new(c, s);
     for (size_t i = 0; i < count; i++) {
         step(c, n);
-        jscope *is = scope_new(c, s);
+        is->n = 0;
         lp->index0 = (int64_t)i;
         assign(c, n->a, is, seq.u.list->items[i]);
         scope_set(c, n, is, "loop", 4, loopv);
