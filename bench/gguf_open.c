@@ -18,16 +18,20 @@
 #define MAX_FILES 256
 
 static char *files[MAX_FILES];
+static size_t file_root[MAX_FILES]; /* length of the walked folder's prefix, for short names */
 static int n_files;
+static size_t root_len;
 
 static int collect(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb; (void)ftw;
     size_t n = strlen(path);
-    if (flag == FTW_F && n > 5 && !strcmp(path + n - 5, ".gguf") && n_files < MAX_FILES) files[n_files++] = strdup(path);
+    if (flag == FTW_F && n > 5 && !strcmp(path + n - 5, ".gguf") && n_files < MAX_FILES) {
+        file_root[n_files] = root_len;
+        files[n_files++] = strdup(path);
+    }
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -43,11 +47,17 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         const char *shared = getenv("KILN_SHARED");
         snprintf(def, sizeof def, "%s/models", shared && *shared ? shared : "../shared");
+        root_len = strlen(def) + 1;
         if (nftw(def, collect, 16, FTW_PHYS) != 0) { fprintf(stderr, "gguf_open: cannot walk %s\n", def); return 1; }
     }
     for (int i = 1; i < argc; i++)
-        if (nftw(argv[i], collect, 16, FTW_PHYS) != 0) { fprintf(stderr, "gguf_open: cannot walk %s\n", argv[i]); return 1; }
-    qsort(files, (size_t)n_files, sizeof *files, cmp_str);
+        if ((root_len = strlen(argv[i]) + 1), nftw(argv[i], collect, 16, FTW_PHYS) != 0) { fprintf(stderr, "gguf_open: cannot walk %s\n", argv[i]); return 1; }
+    /* sort by the short name (the prefix lengths travel with the names) */
+    for (int i = 1; i < n_files; i++)
+        for (int j = i; j > 0 && strcmp(files[j - 1] + file_root[j - 1], files[j] + file_root[j]) > 0; j--) {
+            char *t = files[j]; files[j] = files[j - 1]; files[j - 1] = t;
+            size_t r = file_root[j]; file_root[j] = file_root[j - 1]; file_root[j - 1] = r;
+        }
     printf("| file | MiB | keys | tensors | open ms (median of %d) | map ms | parse ms | min open ms |\n", RUNS);
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     int status = 0;
@@ -75,7 +85,7 @@ int main(int argc, char **argv) {
             gguf_close(f);
         }
         if (!ok) { status = 1; continue; }
-        const char *name = strrchr(files[k], '/') ? strrchr(files[k], '/') + 1 : files[k];
+        const char *name = strlen(files[k]) > file_root[k] ? files[k] + file_root[k] : files[k];
         uint64_t mn = total[0];
         for (int r = 1; r < RUNS; r++) if (total[r] < mn) mn = total[r];
         printf("| %s | %.2f | %zu | %zu | %.3f | %.3f | %.3f | %.3f |\n", name, mib, n_kv, n_tensors,
