@@ -243,6 +243,17 @@ static double cosine(const float *a, const float *b, int n) {
     return ab / sqrt(aa * bb + 1e-300);
 }
 
+/* llama.cpp's own top-1/top-2 gap at a step of a reference (its activations are quantized to 8 bits,
+ * ours are not: near-ties may go either way). */
+static double ref_gap(const char *rel, size_t step) {
+    json_t *root = json_load_file(test_shared(rel), 0, NULL);
+    if (!root) return INFINITY;
+    json_t *s = json_array_get(json_object_get(root, "steps"), step);
+    const double gap = s ? json_real_value(json_object_get(s, "gap_top1_top2")) : INFINITY;
+    json_decref(root);
+    return gap;
+}
+
 static bool load_ids(const char *rel, char *model, size_t cap, int32_t *ids, size_t *n) {
     json_error_t err;
     json_t *root = json_load_file(test_shared(rel), 0, &err);
@@ -311,8 +322,14 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
             else departed = true;
             tok = pick;
         }
-        printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's\n", rel, worst, same);
-        CHECKF(same >= 50 || same == n_want, "%s: only %zu greedy ids equal to llama.cpp's", rel, same);
+        printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's", rel, worst, same);
+        if (same < 50 && same < n_want) {
+            /* a departure is accepted only where llama.cpp itself had a near-tie */
+            const double gap = ref_gap(refs[f], same);
+            printf(" (departs at step %zu where llama.cpp's top-1/top-2 gap is %.4f)", same, gap);
+            CHECKF(gap < 0.02, "%s: only %zu greedy ids equal to llama.cpp's, and its gap there is %.4f", rel, same, gap);
+        }
+        printf("\n");
 
         /* prefill of 16 tokens (BOS + the greedy ids) through the GEMM path */
         kiln_backend_cpu.reset(sc);

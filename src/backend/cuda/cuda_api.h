@@ -50,6 +50,9 @@ typedef struct kiln_cuda_session_info {
 } kiln_cuda_session_info;
 void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
 
+/* Programmatic dependent launch between kernels on sm_90+ (default on), for sessions opened afterwards. */
+void kiln_cuda_set_pdl(bool on);
+
 /* Decode through the captured graph (default) or by launching the same kernels eagerly. */
 void kiln_cuda_set_use_graph(void *state, bool use_graph);
 

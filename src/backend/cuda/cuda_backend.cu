@@ -35,7 +35,7 @@ extern "C" {
 #define KILN_CUDA_PTX 0
 #endif
 
-#define STAGE_BYTES ((size_t)16 << 20) /* one half of the pinned upload double buffer */
+#define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
 #define DEC_CHUNK 64                   /* keys per attention block in decode */
 
 /* ------------------------------------------------------------------ helpers */
@@ -126,6 +126,10 @@ typedef struct cuda_state {
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
+
+static bool g_pdl_allowed = true;
+
+extern "C" void kiln_cuda_set_pdl(bool on) { g_pdl_allowed = on; }
 
 /* ------------------------------------------------------------------ probe / info */
 
@@ -606,6 +610,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     s->cfg = *cfg;
     s->use_graph = true;
     s->n_sm = di.n_sm;
+    ck_set_pdl(g_pdl_allowed && di.cc_major >= 9);
     kiln_status st = KILN_OK;
 #define OPEN_TRY(expr)              \
     do {                            \
@@ -659,7 +664,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
         kiln_count_device_alloc();
         if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
-        memset(s->pinned, 0, pinned_bytes);
+        memset(s->pinned + 2 * STAGE_BYTES, 0, 4096); /* parameters; the staging halves are written before use */
         s->h_stage[0] = s->pinned;
         s->h_stage[1] = s->pinned + STAGE_BYTES;
         s->h_params = (int *)(s->pinned + 2 * STAGE_BYTES);

@@ -13,6 +13,9 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <string.h>
+
+#include <utility>
 
 using namespace nvcuda;
 
@@ -21,6 +24,21 @@ using namespace nvcuda;
 #define ATT_THREADS 64
 #define ATT_MAX_G CK_ATT_MAX_G
 #define ATT_MAX_D CK_ATT_MAX_D /* head_dim <= 256 */
+
+/* ------------------------------------------------------------------ programmatic dependent launch */
+
+/* Every kernel waits for the grid before it in the stream to finish (its writes visible) before it reads
+ * or writes anything shared, then lets the next grid start launching: launch latency and the weight
+ * prefetch of the next kernel overlap this one's tail. No-ops before sm_90 (and without the launch
+ * attribute the wait returns at once). */
+__device__ __forceinline__ void pdl_wait_then_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* ------------------------------------------------------------------ value decoding */
 
@@ -173,9 +191,30 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     __shared__ int redi[MV_WARPS];
     __shared__ int last_block;
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int in_pad = (in + 15) & ~15;
+    const int in_pad = (in + 15) & ~15, NU = in_pad >> 4;
+    const bool dual = a.pair == MV_PAIR_DUAL;
+    const int out = a.w0.out;
+    const int n_pairs = dual ? out : (out + 1) >> 1;
 
-    /* prologue: the input vector in shared memory */
+    /* the weights do not depend on the previous kernel: start pulling this warp's first rows into L2 */
+    {
+        const int p = blockIdx.x * MV_WARPS + warp;
+        if (p < n_pairs) {
+            const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
+            const long long rb = a.w0.row_bytes;
+            const uint8_t *q0 = a.w0.q + (long long)r0 * rb;
+            const uint8_t *q1 = (dual ? a.w1.q : a.w0.q) + (long long)r1 * rb;
+            for (long long off = lane * 128; off < rb && off < 16384; off += 32 * 128) {
+                prefetch_l2(q0 + off);
+                if (r1 < out) prefetch_l2(q1 + off);
+            }
+        }
+    }
+    pdl_wait_then_trigger();
+
+    /* prologue: the input vector in shared memory, transposed so that lane u of a warp reading value i of
+     * its unit (16 values) hits bank (i * NU + u) % 32: xs[(k % 16) * NU + k / 16] holds x[k] */
+#define XS(k) xs[((k) & 15) * NU + ((k) >> 4)]
     if (a.in_mode == MV_IN_ATTN) {
         const int hd = a.head_dim, stride = hd + 2;
         const int n_keys = *a.pos + 1, ns = (n_keys + a.chunk - 1) / a.chunk;
@@ -190,29 +229,31 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
                 L += p[hd + 1] * e;
                 acc += p[d] * e;
             }
-            xs[i] = acc / L;
+            XS(i) = acc / L;
         }
-    } else {
+    } else if (a.in_mode == MV_IN_NORM) {
         float ss = 0.0f;
         for (int i = tid; i < in; i += MV_THREADS) {
-            const float v = a.x[i];
-            xs[i] = v;
+            const float v = a.x[i], w = a.norm_w[i];
+            XS(i) = v * w;
             ss += v * v;
         }
-        if (a.in_mode == MV_IN_NORM) {
-            const float tot = block_sum(ss, red);
-            const float scale = 1.0f / sqrtf(tot / (float)in + a.eps);
-            for (int i = tid; i < in; i += MV_THREADS) xs[i] = (xs[i] * scale) * a.norm_w[i];
-        }
+        const float tot = block_sum(ss, red);
+        const float scale = 1.0f / sqrtf(tot / (float)in + a.eps);
+        for (int i = tid; i < in; i += MV_THREADS) XS(i) *= scale;
+    } else {
+        for (int i = tid; i < in; i += MV_THREADS) XS(i) = a.x[i];
     }
-    for (int i = in + tid; i < in_pad; i += MV_THREADS) xs[i] = 0.0f;
+    for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
+#undef XS
     __syncthreads();
 
-    const int n_units = in_pad >> 4;
-    const bool dual = a.pair == MV_PAIR_DUAL;
-    const int out = a.w0.out;
-    const int n_pairs = dual ? out : (out + 1) >> 1;
-    const dev_weight w1 = dual ? a.w1 : a.w0;
+    const int n_units = NU;
+    /* the second row's matrix: w1 (same type and shape) in dual mode, else w0; built from scalars so that
+     * the selection stays in registers */
+    dev_weight w1 = a.w0;
+    w1.q = dual ? a.w1.q : a.w0.q;
+    w1.d = dual ? a.w1.d : a.w0.d;
     float best_v = -INFINITY;
     int best_i = 0x7FFFFFFF;
 
@@ -222,14 +263,15 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
         float acc0 = 0.0f, acc1 = 0.0f;
 #pragma unroll 2
         for (int u = lane; u < n_units; u += 32) {
-            const float *xp = xs + 16 * u;
+            const float *xp = xs + u; /* value i of this unit at xp[i * NU] */
             float v[16], s, b;
             dequant16<T>(a.w0, r0, 16 * u, v, s, b);
             float dot = 0.0f, sx = 0.0f;
 #pragma unroll
             for (int i = 0; i < 16; i++) {
-                dot = fmaf(v[i], xp[i], dot);
-                if constexpr (T == CK_Q4_K) sx += xp[i];
+                const float xv = xp[i * NU];
+                dot = fmaf(v[i], xv, dot);
+                if constexpr (T == CK_Q4_K) sx += xv;
             }
             acc0 += s * dot;
             if constexpr (T == CK_Q4_K) acc0 += b * sx;
@@ -237,7 +279,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
                 dequant16<T>(w1, r1, 16 * u, v, s, b);
                 dot = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 16; i++) dot = fmaf(v[i], xp[i], dot);
+                for (int i = 0; i < 16; i++) dot = fmaf(v[i], xp[i * NU], dot);
                 acc1 += s * dot;
                 if constexpr (T == CK_Q4_K) acc1 += b * sx;
             }
@@ -339,6 +381,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
     const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
+    pdl_wait_then_trigger();
     const int pos0 = a.pos_dev ? *a.pos_dev : a.pos0;
     const int n_keys = pos0 + t + 1;
     const int k_begin = split * a.chunk;
@@ -364,11 +407,34 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
             float sc[ATT_MAX_G];
 #pragma unroll
             for (int g = 0; g < ATT_MAX_G; g++) sc[g] = 0.0f;
-            for (int d = 0; d < hd; d += 2) {
-                const float2 kk = __half22float2(*(const __half2 *)(kr + d));
+            if ((hd & 7) == 0) {
+                /* 64 dims at a time: eight 16-byte loads in flight, then the dot products */
+                for (int d0 = 0; d0 < hd; d0 += 64) {
+                    uint4 kv[8];
 #pragma unroll
-                for (int g = 0; g < ATT_MAX_G; g++)
-                    if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c);
+#pragma unroll
+                    for (int c = 0; c < 8; c++) {
+                        if (d0 + 8 * c >= hd) break;
+                        const __half2 *h2 = (const __half2 *)&kv[c];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float2 kk = __half22float2(h2[e]);
+                            const int d = d0 + 8 * c + 2 * e;
+#pragma unroll
+                            for (int g = 0; g < ATT_MAX_G; g++)
+                                if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                        }
+                    }
+                }
+            } else {
+                for (int d = 0; d < hd; d += 2) {
+                    const float2 kk = __half22float2(*(const __half2 *)(kr + d));
+#pragma unroll
+                    for (int g = 0; g < ATT_MAX_G; g++)
+                        if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                }
             }
 #pragma unroll
             for (int g = 0; g < ATT_MAX_G; g++)
@@ -401,6 +467,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
             if (g < G)
 #pragma unroll
                 for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] *= alpha_sh[g];
+#pragma unroll 8
         for (int jj = 0; jj < nk; jj++) {
             const __half *vr = a.v_cache + (long long)(kb + jj) * a.kv_dim + kvh * hd;
 #pragma unroll
@@ -452,6 +519,7 @@ template <int T>
 __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
                                               int ldc, int col_off, int add) {
     __shared__ __align__(128) unsigned char smem[GB_M * C_LD * 4];
+    pdl_wait_then_trigger();
     __half(*As)[G_LD] = (__half(*)[G_LD])smem;
     __half(*Bs)[G_LD] = (__half(*)[G_LD])(smem + GB_M * G_LD * 2);
     float(*Cs)[C_LD] = (float(*)[C_LD])smem;
@@ -533,6 +601,7 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
 
 template <int T>
 __global__ void __launch_bounds__(128) k_embed(const dev_weight w, const int *ids, float *x) {
+    pdl_wait_then_trigger();
     const int t = blockIdx.x, row = ids[t], n = w.in;
     for (int u = threadIdx.x; u < (n + 15) / 16; u += blockDim.x) {
         float v[16], s, b;
@@ -546,6 +615,7 @@ __global__ void __launch_bounds__(128) k_embed(const dev_weight w, const int *id
 __global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const float *w, float eps, int n, __half *out,
                                                       int out_stride) {
     __shared__ float red[8];
+    pdl_wait_then_trigger();
     const float *xr = x + (long long)blockIdx.x * n;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
@@ -556,6 +626,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const floa
 
 __global__ void k_rope_store(float *qkv, int stride, int pos0, int nq, int nk, int head_dim, int n_rot,
                              const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim) {
+    pdl_wait_then_trigger();
     const int t = blockIdx.x, pos = pos0 + t;
     float *row = qkv + (long long)t * stride;
     for (int pr = threadIdx.x; pr < (nq + nk) / 2; pr += blockDim.x) {
@@ -580,6 +651,7 @@ __global__ void k_rope_store(float *qkv, int stride, int pos0, int nq, int nk, i
 }
 
 __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out, int out_stride) {
+    pdl_wait_then_trigger();
     const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= n) return;
     const float gv = g[(long long)t * n + i];
@@ -587,12 +659,14 @@ __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out
 }
 
 __global__ void k_swiglu_vec(const float *g, const float *u, int n, float *out) {
+    pdl_wait_then_trigger();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 __global__ void k_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
                          uint8_t *dst_q, __half *dst_d) {
+    pdl_wait_then_trigger();
     const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= n_blocks) return;
     const uint8_t *s = src + b * block_bytes;
@@ -620,6 +694,26 @@ static const struct {
     {(const void *)k_swiglu_vec, "swiglu_vec"},
     {(const void *)k_repack, "repack"},
 };
+
+static bool g_pdl = false;
+void ck_set_pdl(bool on) { g_pdl = on; }
+
+/* Launches k with the programmatic-serialization attribute when PDL is on (and `pdl` for this launch). */
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                   Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = g_pdl && pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
 
 int ck_kernel_count(void) { return (int)(sizeof kernel_table / sizeof kernel_table[0]); }
 const void *ck_kernel_at(int i) { return kernel_table[i].fn; }
@@ -657,46 +751,46 @@ int ck_matvec_blocks(const mv_args &a, int n_sm) {
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
     const size_t smem = ck_matvec_smem(a.w0.in);
-#define L(T) k_matvec<T><<<n_blocks, MV_THREADS, smem, st>>>(a)
+#define L(T) launch(k_matvec<T>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
     DISPATCH(a.w0.type, L)
 #undef L
 }
 
 void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st) {
-    k_attention<<<dim3(n_split, a.n_head_kv, n_tok), ATT_THREADS, 0, st>>>(a);
+    launch(k_attention, dim3(n_split, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
 }
 
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st) {
-#define L(T) k_embed<T><<<n_tok, 128, 0, st>>>(w, ids, x)
+#define L(T) launch(k_embed<T>, dim3(n_tok), dim3(128), 0, st, false, w, ids, x)
     DISPATCH(w.type, L)
 #undef L
 }
 
 void ck_rmsnorm_rows(const float *x, const float *w, float eps, int n, int n_tok, __half *out, int out_stride,
                      cudaStream_t st) {
-    k_rmsnorm_rows<<<n_tok, 256, 0, st>>>(x, w, eps, n, out, out_stride);
+    launch(k_rmsnorm_rows, dim3(n_tok), dim3(256), 0, st, true, x, w, eps, n, out, out_stride);
 }
 
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st) {
     const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M);
-#define L(T) k_gemm<T><<<grid, 128, 0, st>>>(w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0)
+#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0)
     DISPATCH(w.type, L)
 #undef L
 }
 
 void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
                    const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
-    k_rope_store<<<n_tok, 256, 0, st>>>(qkv, stride, pos0, nq, nk, head_dim, n_rot, rope_freq, k_cache, v_cache,
-                                         kv_dim);
+    launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, nq, nk, head_dim, n_rot, rope_freq,
+           k_cache, v_cache, kv_dim);
 }
 
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st) {
-    k_swiglu_rows<<<dim3((n + 255) / 256, n_tok), 256, 0, st>>>(g, u, n, out, out_stride);
+    launch(k_swiglu_rows, dim3((n + 255) / 256, n_tok), dim3(256), 0, st, true, g, u, n, out, out_stride);
 }
 
 void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream_t st) {
-    k_swiglu_vec<<<(n + 255) / 256, 256, 0, st>>>(g, u, n, out);
+    launch(k_swiglu_vec, dim3((n + 255) / 256), dim3(256), 0, st, true, g, u, n, out);
 }
 
 void ck_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,

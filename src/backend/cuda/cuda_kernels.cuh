@@ -88,6 +88,8 @@ const char *ck_kernel_name(int i);
 size_t ck_matvec_smem(int n);
 
 cudaError_t ck_set_matvec_smem(size_t bytes);
+/* Programmatic dependent launch between consecutive kernels (sm_90 and newer); off by default. */
+void ck_set_pdl(bool on);
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 int ck_matvec_blocks(const mv_args &a, int n_sm);
