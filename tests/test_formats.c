@@ -318,6 +318,58 @@ TEST(formats_fast_activation_quantizers_match_scalar) {
     free(x); free(a); free(b);
 }
 
+/* The fast exact quantizers (kiln_from_float_fast) give the reference bytes: on the vectors' source
+ * (edge rows included) and on random rows with constant, zero, tiny and outlier sub-blocks. */
+TEST(formats_fast_quantizers_equal_reference) {
+    if (!kiln_cpu_has_avx2()) {
+        test_skip("no AVX2 on this CPU");
+        return;
+    }
+    static const struct { kiln_type type; kiln_from_float_fn fast; } fq[] = {
+        {KILN_TYPE_Q2_K, kiln_q2_K_from_float_avx2}, {KILN_TYPE_Q4_K, kiln_q4_K_from_float_avx2},
+        {KILN_TYPE_Q5_K, kiln_q5_K_from_float_avx2}, {KILN_TYPE_Q6_K, kiln_q6_K_from_float_avx2},
+        {KILN_TYPE_Q8_0, kiln_q8_0_from_float_avx2}, {KILN_TYPE_Q8_K, kiln_q8_K_from_float_avx2},
+    };
+    gguf_file *f = open_vectors();
+    REQUIRE(f);
+    const gguf_tensor *src = vec_tensor(f, "src", KILN_TYPE_F32, (uint64_t)ROWS * COLS);
+    REQUIRE(src);
+    const int n = 4096;
+    float *x = malloc(sizeof(float) * n);
+    uint8_t *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    uint64_t rng = 0x5eed;
+    int checked = 0;
+    for (size_t k = 0; k < sizeof fq / sizeof fq[0]; k++) {
+        const kiln_type_info *ti = kiln_type_get(fq[k].type);
+        const size_t rb = kiln_row_bytes(fq[k].type, COLS);
+        for (int r = 0; r < ROWS; r++) {
+            const float *row = (const float *)src->data + r * COLS;
+            ti->from_float(row, a, COLS);
+            fq[k].fast(row, b, COLS);
+            CHECKF(!memcmp(a, b, rb), "%s: fast quantizer differs on src row %d", ti->name, r);
+        }
+        for (int trial = 0; trial < 12; trial++) {
+            const float scale = trial % 4 == 0 ? 1.0f : trial % 4 == 1 ? 0.02f : trial % 4 == 2 ? 1e-6f : 30.0f;
+            for (int i = 0; i < n; i++) x[i] = scale * test_rand_normal(&rng) + (trial % 3 == 1 ? 0.3f * scale : 0.0f);
+            if (trial >= 4) {
+                for (int i = 0; i < 32; i++) x[64 + i] = 0.0f;           /* a zero sub-block */
+                for (int i = 0; i < 32; i++) x[512 + i] = 0.25f;         /* a constant positive one */
+                for (int i = 0; i < 16; i++) x[1024 + i] = -1.5f;        /* a constant negative one */
+                for (int i = 0; i < 256; i++) x[2048 + i] = 0.0f;        /* a zero super-block */
+                x[3000] = 60.0f * scale;                                 /* an outlier */
+            }
+            ti->from_float(x, a, n);
+            fq[k].fast(x, b, n);
+            CHECKF(!memcmp(a, b, kiln_row_bytes(fq[k].type, n)), "%s: fast quantizer differs, trial %d", ti->name, trial);
+            checked++;
+        }
+        CHECK(kiln_from_float_fast(fq[k].type) != NULL);
+    }
+    printf("checked %d random rows\n", checked);
+    free(x); free(a); free(b);
+    gguf_close(f);
+}
+
 /* ------------------------------------------------------------------------------ round trips */
 
 /* quantize -> dequantize error on the reference source, compared with ggml's own (T.deq). */

@@ -9,6 +9,7 @@
 #ifndef KILN_FORMATS_BLOCKS_H
 #define KILN_FORMATS_BLOCKS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -144,6 +145,23 @@ void kiln_dot_q3_K_q8_K(int n, float *s, const void *x, const void *y);
 void kiln_dot_q4_K_q8_K(int n, float *s, const void *x, const void *y);
 void kiln_dot_q5_K_q8_K(int n, float *s, const void *x, const void *y);
 void kiln_dot_q6_K_q8_K(int n, float *s, const void *x, const void *y);
+
+/* ---- K-type scale searches (quant_k.c scalar, quant_k_avx2.c eight sub-blocks at once in AVX2 lanes with
+ * the same float operations in the same order per sub-block, so both give the same bytes) ---- */
+typedef void (*kiln_search_qkx2_fn)(const float *x, int n_sub, int sub_len, int nmax, float rmin, int nstep,
+                                    bool use_mad, bool rms_weights, float *scales, float *mins, uint8_t *L);
+typedef void (*kiln_search_qx_fn)(const float *x, float *scales, int8_t *L);
+void kiln_search_qkx2_scalar(const float *x, int n_sub, int sub_len, int nmax, float rmin, int nstep, bool use_mad,
+                             bool rms_weights, float *scales, float *mins, uint8_t *L);
+void kiln_search_qkx2_avx2(const float *x, int n_sub, int sub_len, int nmax, float rmin, int nstep, bool use_mad,
+                           bool rms_weights, float *scales, float *mins, uint8_t *L);
+void kiln_search_qx_scalar(const float *x, float *scales, int8_t *L);
+void kiln_search_qx_avx2(const float *x, float *scales, int8_t *L);
+/* Same bytes as the reference from_float, faster (AVX2 searches; call only when kiln_cpu_has_avx2()). */
+void kiln_q2_K_from_float_avx2(const float *x, void *y, int64_t n);
+void kiln_q4_K_from_float_avx2(const float *x, void *y, int64_t n);
+void kiln_q5_K_from_float_avx2(const float *x, void *y, int64_t n);
+void kiln_q6_K_from_float_avx2(const float *x, void *y, int64_t n);
 
 /* ---- dot_avx2.c (call only when kiln_cpu_has_avx2()) ---- */
 int kiln_cpu_has_avx2(void);

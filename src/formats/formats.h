@@ -90,6 +90,10 @@ uint16_t kiln_f32_to_bf16(float f);
  * weight type must have a vec_dot (programmer error otherwise). Allocates nothing. */
 void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, int64_t n);
 
+/* The fastest quantizer of a type that produces exactly the bytes of its reference from_float (AVX2
+ * scale searches for the K types, AVX2 Q8_0 / Q8_K), or from_float itself; NULL when the type has none. */
+kiln_from_float_fn kiln_from_float_fast(uint32_t type);
+
 /* Fills in the compute operations of the table (called once, thread-safe; kiln_type_get calls it). */
 void kiln_formats_init(void);
 

@@ -3,7 +3,13 @@
  * Q8_K: dequantization, ggml's reference quantizers without an importance matrix (including their
  * iterative scale searches, reproduced step for step so the bytes match) and the scalar reference dot
  * products in the order of operations of ggml's generic kernels.
+ *
+ * Float expressions are never contracted into FMA here (GCC's ISO C mode; the pragma for clang), except
+ * where ggml's generic kernels are (explicit fmaf), so results match ggml bit for bit.
  */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 #include <math.h>
 #include <stdbool.h>
 
@@ -342,16 +348,34 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L, bool do_
 
 /* -------------------------------------------------------------------------------------- quantize */
 
-void kiln_q2_K_from_float(const float *x, void *vy, int64_t n) {
+/* The per-sub-block scale/min search of the K types with mins (Q2_K, Q4_K, Q5_K), scalar: n_sub
+ * sub-blocks of sub_len values; weights |x| (Q2_K) or sqrt(mean x^2) + |x| (Q4_K, Q5_K). */
+void kiln_search_qkx2_scalar(const float *x, int n_sub, int sub_len, int nmax, float rmin, int nstep, bool use_mad,
+                             bool rms_weights, float *scales, float *mins, uint8_t *L) {
+    uint8_t Laux[32];
+    float weights[32];
+    for (int j = 0; j < n_sub; j++) {
+        const float *xs = x + sub_len * j;
+        float av_x = 0;
+        if (rms_weights) {
+            float sum_x2 = 0;
+            for (int l = 0; l < sub_len; l++) sum_x2 += xs[l] * xs[l];
+            av_x = sqrtf(sum_x2 / sub_len);
+        }
+        for (int l = 0; l < sub_len; l++) weights[l] = rms_weights ? av_x + fabsf(xs[l]) : fabsf(xs[l]);
+        scales[j] = make_qkx2_quants(sub_len, nmax, xs, weights, L + sub_len * j, &mins[j], Laux, rmin, 0.1f, nstep, use_mad);
+    }
+}
+
+static void encode_q2_K(const float *x, void *vy, int64_t n, kiln_search_qkx2_fn search) {
     block_q2_K *y = vy;
-    uint8_t L[QK_K], Laux[16];
-    float weights[16], mins[QK_K / 16], scales[QK_K / 16];
+    uint8_t L[QK_K];
+    float mins[QK_K / 16], scales[QK_K / 16];
     const float q4scale = 15.f;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_min = 0;
+        search(x, QK_K / 16, 16, 3, -0.5f, 15, true, false, scales, mins, L);
         for (int j = 0; j < QK_K / 16; j++) {
-            for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
-            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -385,6 +409,9 @@ void kiln_q2_K_from_float(const float *x, void *vy, int64_t n) {
                 y[i].qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
     }
 }
+
+void kiln_q2_K_from_float(const float *x, void *vy, int64_t n) { encode_q2_K(x, vy, n, kiln_search_qkx2_scalar); }
+void kiln_q2_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q2_K(x, vy, n, kiln_search_qkx2_avx2); }
 
 void kiln_q3_K_from_float(const float *x, void *vy, int64_t n) {
     block_q3_K *y = vy;
@@ -467,16 +494,11 @@ static void pack_k4_scales(uint8_t *out, const float *scales, const float *mins,
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): per 32-value sub-block scale/min search, the 6-bit
  * packing, then the final levels against the rounded scales. L receives the levels. */
 static void quantize_k4_superblock(const float *x, uint16_t *d_out, uint16_t *dmin_out, uint8_t *scales_out,
-                                   uint8_t *L, int nmax, float rmin, int nstep) {
-    uint8_t Laux[32];
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+                                   uint8_t *L, int nmax, float rmin, int nstep, kiln_search_qkx2_fn search) {
+    float mins[QK_K / 32], scales[QK_K / 32];
     float max_scale = 0, max_min = 0;
+    search(x, QK_K / 32, 32, nmax, rmin, nstep, false, true, scales, mins, L);
     for (int j = 0; j < QK_K / 32; j++) {
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
-        const float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -498,11 +520,11 @@ static void quantize_k4_superblock(const float *x, uint16_t *d_out, uint16_t *dm
     }
 }
 
-void kiln_q4_K_from_float(const float *x, void *vy, int64_t n) {
+static void encode_q4_K(const float *x, void *vy, int64_t n, kiln_search_qkx2_fn search) {
     block_q4_K *y = vy;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        quantize_k4_superblock(x, &y[i].d, &y[i].dmin, y[i].scales, L, 15, -1.f, 20);
+        quantize_k4_superblock(x, &y[i].d, &y[i].dmin, y[i].scales, L, 15, -1.f, 20, search);
         uint8_t *q = y[i].qs;
         for (int j = 0; j < QK_K; j += 64) {
             for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
@@ -511,11 +533,11 @@ void kiln_q4_K_from_float(const float *x, void *vy, int64_t n) {
     }
 }
 
-void kiln_q5_K_from_float(const float *x, void *vy, int64_t n) {
+static void encode_q5_K(const float *x, void *vy, int64_t n, kiln_search_qkx2_fn search) {
     block_q5_K *y = vy;
     uint8_t L[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        quantize_k4_superblock(x, &y[i].d, &y[i].dmin, y[i].scales, L, 31, -0.5f, 15);
+        quantize_k4_superblock(x, &y[i].d, &y[i].dmin, y[i].scales, L, 31, -0.5f, 15, search);
         uint8_t *qh = y[i].qh, *ql = y[i].qs;
         memset(qh, 0, QK_K / 8);
         uint8_t m1 = 1, m2 = 2;
@@ -540,15 +562,25 @@ void kiln_q5_K_from_float(const float *x, void *vy, int64_t n) {
     }
 }
 
-void kiln_q6_K_from_float(const float *x, void *vy, int64_t n) {
+void kiln_q4_K_from_float(const float *x, void *vy, int64_t n) { encode_q4_K(x, vy, n, kiln_search_qkx2_scalar); }
+void kiln_q4_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q4_K(x, vy, n, kiln_search_qkx2_avx2); }
+void kiln_q5_K_from_float(const float *x, void *vy, int64_t n) { encode_q5_K(x, vy, n, kiln_search_qkx2_scalar); }
+void kiln_q5_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q5_K(x, vy, n, kiln_search_qkx2_avx2); }
+
+/* The symmetric search of Q6_K, scalar: 16 sub-blocks of 16, levels + 32 in L. */
+void kiln_search_qx_scalar(const float *x, float *scales, int8_t *L) {
+    for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
+}
+
+static void encode_q6_K(const float *x, void *vy, int64_t n, kiln_search_qx_fn search) {
     block_q6_K *y = vy;
     int8_t L[QK_K];
     float scales[QK_K / 16];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float max_scale = 0, max_abs_scale = 0;
+        search(x, scales, L);
         for (int ib = 0; ib < QK_K / 16; ib++) {
-            const float scale = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, 1);
-            scales[ib] = scale;
+            const float scale = scales[ib];
             const float abs_scale = fabsf(scale);
             if (abs_scale > max_abs_scale) {
                 max_abs_scale = abs_scale;
@@ -587,6 +619,9 @@ void kiln_q6_K_from_float(const float *x, void *vy, int64_t n) {
         }
     }
 }
+
+void kiln_q6_K_from_float(const float *x, void *vy, int64_t n) { encode_q6_K(x, vy, n, kiln_search_qx_scalar); }
+void kiln_q6_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q6_K(x, vy, n, kiln_search_qx_avx2); }
 
 void kiln_q8_K_from_float(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;

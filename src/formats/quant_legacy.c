@@ -2,7 +2,13 @@
  * quant_legacy.c — the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the activation format
  * Q8_1: dequantization, ggml's reference quantizers (same rounding, bit for bit) and the scalar
  * reference dot products in the order of operations of ggml's generic kernels.
+ *
+ * Float expressions are never contracted into FMA here (GCC's ISO C mode; the pragma for clang), except
+ * where ggml's generic kernels are (explicit fmaf), so results match ggml bit for bit.
  */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 #include <float.h>
 #include <math.h>
 

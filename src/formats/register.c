@@ -11,6 +11,8 @@
 /* Activation quantizers used by kiln_quantize_row_for_dot (set with the table). */
 static kiln_from_float_fn activation_q8_0 = kiln_q8_0_from_float;
 static kiln_from_float_fn activation_q8_K = kiln_q8_K_from_float;
+/* Exact fast quantizers by type (NULL: use from_float). */
+static kiln_from_float_fn fast_quantizer[KILN_TYPE_COUNT];
 
 static void set_ops(kiln_type_info *t, kiln_to_float_fn to_float, kiln_from_float_fn from_float,
                     kiln_vec_dot_fn dot, kiln_vec_dot_fn dot_simd) {
@@ -42,6 +44,20 @@ void kiln_formats_register(kiln_type_info *table) {
     /* the fast activation quantizers produce the same bytes as the reference ones (tested) */
     activation_q8_0 = simd ? kiln_q8_0_from_float_avx2 : kiln_q8_0_from_float;
     activation_q8_K = simd ? kiln_q8_K_from_float_avx2 : kiln_q8_K_from_float;
+    if (simd) {
+        fast_quantizer[KILN_TYPE_Q8_0] = kiln_q8_0_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q8_K] = kiln_q8_K_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q2_K] = kiln_q2_K_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q4_K] = kiln_q4_K_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q5_K] = kiln_q5_K_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q6_K] = kiln_q6_K_from_float_avx2;
+    }
+}
+
+kiln_from_float_fn kiln_from_float_fast(uint32_t type) {
+    const kiln_type_info *t = kiln_type_get(type);
+    if (!t) return NULL;
+    return fast_quantizer[type] ? fast_quantizer[type] : t->from_float;
 }
 
 void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, int64_t n) {
