@@ -59,7 +59,7 @@ void tok_bytes_init(void) { pthread_once(&byte_once, bytes_init_once); }
 
 /* ---------------------------------------------------------------- merges of one word */
 
-typedef struct bpe_sym { int32_t prev, next; uint32_t start, n; uint64_t h; } bpe_sym;
+typedef struct bpe_sym { int32_t prev, next; uint32_t start, n; } bpe_sym;
 typedef struct bpe_bigram { int32_t rank, left, right; uint32_t size; } bpe_bigram;
 
 /* per-call scratch, grown as needed and reused for every word */
@@ -72,6 +72,8 @@ typedef struct bpe_ctx {
     size_t sym_cap;
     bpe_bigram *heap;
     size_t heap_n, heap_cap;
+    char *key;          /* "left right" of a candidate merge */
+    size_t key_cap;
 } bpe_ctx;
 
 static inline bool bg_before(const bpe_bigram *a, const bpe_bigram *b) {
@@ -112,10 +114,17 @@ static bpe_bigram heap_pop(bpe_ctx *c) {
     return top;
 }
 
+static bool grow(void **p, size_t *cap, size_t need, size_t elem);
+
 static bool add_bigram(bpe_ctx *c, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return true;
     const bpe_sym *l = &c->sym[left], *r = &c->sym[right];
-    int32_t rank = tok_merge_rank(c->t, c->w + l->start, l->n, l->h, c->w + r->start, r->n, r->h);
+    size_t n = (size_t)l->n + 1 + r->n;
+    if (!grow((void **)&c->key, &c->key_cap, n, 1)) return false;
+    memcpy(c->key, c->w + l->start, l->n);
+    c->key[l->n] = ' ';
+    memcpy(c->key + l->n + 1, c->w + r->start, r->n);
+    int32_t rank = tok_merge_rank_h(c->t, c->key, n, tok_hash(c->key, n));
     if (rank < 0) return true;
     return heap_push(c, (bpe_bigram){rank, left, right, l->n + r->n});
 }
@@ -131,8 +140,8 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-static void emit_symbol(bpe_ctx *c, const char *s, size_t n, uint64_t h) {
-    int32_t id = tok_lookup_plain_h(c->t, s, n, h);
+static void emit_symbol(bpe_ctx *c, const char *s, size_t n) {
+    int32_t id = tok_lookup_plain_h(c->t, s, n, tok_hash(s, n));
     if (id >= 0) {
         tok_out_push(c->out, id);
         return;
@@ -168,8 +177,7 @@ static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
     for (size_t off = 0; off < wn;) {
         size_t l = tok_utf8_len((uint8_t)w[off]);
         if (l > wn - off) l = wn - off;
-        c->sym[n_sym] = (bpe_sym){n_sym - 1, off + l == wn ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)l,
-                                  tok_hash(w + off, l)};
+        c->sym[n_sym] = (bpe_sym){n_sym - 1, off + l == wn ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)l};
         n_sym++;
         off += l;
     }
@@ -182,7 +190,6 @@ static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* outdated */
         l->n += r->n;
         r->n = 0;
-        l->h = tok_hash(w + l->start, l->n);
         l->next = r->next;
         if (r->next >= 0) c->sym[r->next].prev = b.left;
         if (!add_bigram(c, l->prev, b.left) || !add_bigram(c, b.left, l->next))
@@ -190,7 +197,7 @@ static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
     }
     for (int32_t i = n_sym ? 0 : -1; i != -1; i = c->sym[i].next) {
         const bpe_sym *s = &c->sym[i];
-        emit_symbol(c, w + s->start, s->n, s->h);
+        emit_symbol(c, w + s->start, s->n);
     }
     return KILN_OK;
 }
@@ -256,6 +263,7 @@ kiln_status tok_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len
     kiln_free(c.w);
     kiln_free(c.sym);
     kiln_free(c.heap);
+    kiln_free(c.key);
     kiln_free(fixed);
     return st;
 }

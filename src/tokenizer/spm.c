@@ -66,7 +66,7 @@ static bool try_add_bigram(spm_ctx *c, int32_t left, int32_t right) {
     uint32_t size = l->n + r->n;
     int32_t id = tok_lookup_plain_h(c->t, c->buf + l->start, size, tok_hash(c->buf + l->start, size));
     if (id < 0) return true;
-    return heap_push(&c->heap, (spm_bigram){c->t->score[id], left, right, size});
+    return heap_push(&c->heap, (spm_bigram){tok_score(c->t, id), left, right, size});
 }
 
 kiln_status tok_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, bool add_prefix, tok_out *out) {

@@ -32,10 +32,12 @@ enum {
 
 typedef enum tok_kind { TOK_KIND_SPM = 0, TOK_KIND_BPE = 1 } tok_kind;
 
-typedef struct tok_slot { uint32_t id1; uint32_t tag; } tok_slot;       /* id1 = id + 1; 0 = empty */
-
-/* One BPE merge "left right": a view into the map split at the first space after byte 0. */
-typedef struct tok_merge { const char *text; uint32_t n_left, n_right; } tok_merge;
+/* A hash-table slot: 0 = empty, else (tag << TOK_SLOT_ID_BITS) | (index + 1), the tag being 11 more bits
+ * of the hash. 4-byte slots keep the tables small: at open, every fresh page costs a page fault. */
+#define TOK_SLOT_ID_BITS 21
+#define TOK_SLOT_ID_MASK ((1u << TOK_SLOT_ID_BITS) - 1)
+#define TOK_MAX_ENTRIES (TOK_SLOT_ID_MASK - 1)   /* tokens or merges per table */
+static inline uint32_t tok_slot_tag(uint64_t h) { return (uint32_t)(h >> 52) & 0x7FF; }   /* 11 bits below bit 63 */
 
 #define TOK_MAX_REGEX 8
 #define TOK_MAX_EOG 32
@@ -45,17 +47,17 @@ typedef struct tok_pretok tok_pretok;   /* pretok.c */
 struct kiln_tokenizer {
     tok_kind kind;
     int n_vocab;
-    gguf_str *text;          /* n_vocab views into the map */
-    float *score;            /* n_vocab (0 when the file has none) */
+    gguf_arr tokens;         /* tokenizer.ggml.tokens: texts stay in the map (gguf_arr_str) */
+    const uint8_t *scores;   /* tokenizer.ggml.scores data in the map (f32 or i32), NULL when absent */
+    bool scores_i32;
     uint8_t *attr;           /* n_vocab TOK_ATTR_* */
     size_t max_token_len;
 
-    tok_slot *vocab_slots;   /* token text -> id */
+    uint32_t *vocab_slots;   /* token text -> id */
     uint32_t vocab_mask;
 
-    tok_merge *merges;       /* BPE: rank order */
-    uint32_t n_merges;
-    tok_slot *merge_slots;   /* (hash(left), hash(right)) -> rank */
+    gguf_arr merges;         /* BPE: tokenizer.ggml.merges ("left right", rank order) in the map */
+    uint32_t *merge_slots;   /* (hash(left), hash(right)) -> rank */
     uint32_t merge_mask;
 
     int32_t bos, eos, unk, pad, eot, eom;
@@ -74,17 +76,26 @@ struct kiln_tokenizer {
     tok_pretok *pretok;      /* BPE pre-tokenizer (compiled regexes) */
 };
 
+/* The stored text of token id (a view into the map). */
+static inline gguf_str tok_text(const kiln_tokenizer *t, int32_t id) { return gguf_arr_str(&t->tokens, (uint64_t)id); }
+
+/* The score of token id (0 when the file has none). */
+static inline float tok_score(const kiln_tokenizer *t, int32_t id) {
+    if (!t->scores) return 0.0f;
+    if (t->scores_i32) {
+        int32_t v;
+        memcpy(&v, t->scores + 4 * (size_t)id, 4);
+        return (float)v;
+    }
+    float f;
+    memcpy(&f, t->scores + 4 * (size_t)id, 4);
+    return f;
+}
+
 /* ---------------------------------------------------------------- hashing and lookup (tokenizer.c) */
 
-/* The 64-bit hash of n bytes used by every table of the tokenizer. */
+/* The 64-bit hash of n bytes used by every table of the tokenizer (never 0). */
 uint64_t tok_hash(const char *p, size_t n);
-static inline uint64_t tok_pair_hash(uint64_t hl, uint64_t hr) {
-    uint64_t h = hl * 0x9E3779B97F4A7C15ull ^ (hr + 0x632BE59BD9B4E019ull + (hl << 6) + (hl >> 2));
-    h ^= h >> 31;
-    h *= 0xD6E8FEB86659FD93ull;
-    h ^= h >> 32;
-    return h;
-}
 
 /* The id of the token whose text is exactly p[0..n), -1 when none. h must be tok_hash(p, n). */
 int32_t tok_lookup_h(const kiln_tokenizer *t, const char *p, size_t n, uint64_t h);
@@ -98,9 +109,8 @@ static inline int32_t tok_lookup_plain_h(const kiln_tokenizer *t, const char *p,
     return id;
 }
 
-/* BPE: the rank of merging left+right (hashes hl, hr of the two pieces), -1 when no such merge. */
-int32_t tok_merge_rank(const kiln_tokenizer *t, const char *l, size_t nl, uint64_t hl, const char *r, size_t nr,
-                       uint64_t hr);
+/* BPE: the rank of the merge whose "left right" string is key[0..n) (h = tok_hash(key, n)), -1 when none. */
+int32_t tok_merge_rank_h(const kiln_tokenizer *t, const char *key, size_t n, uint64_t h);
 
 /* ---------------------------------------------------------------- output of an encode call */
 

@@ -18,53 +18,76 @@
 
 /* ---------------------------------------------------------------- hashing */
 
-uint64_t tok_hash(const char *p, size_t n) {
-    uint64_t h = 0x243F6A8885A308D3ull ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 29;
-        p += 8;
-        n -= 8;
+/* 64x64 -> 128-bit multiply, folded (the mixing step of wyhash-style hashes). */
+static inline uint64_t fold_mul(uint64_t a, uint64_t b) {
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint64_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* wyhash-style: short inputs (most tokens) take two overlapping 4-byte reads or three single bytes, no byte
+ * loop. The result always has bit 63 set. */
+uint64_t tok_hash(const char *str, size_t n) {
+    static const uint64_t k0 = 0xA0761D6478BD642Full, k1 = 0xE7037ED1A0B428DBull, k2 = 0x8EBC6AF09C88C6E3ull;
+    const uint8_t *p = (const uint8_t *)str;
+    uint64_t seed = k2 ^ n, a, b;
+    if (n <= 16) {
+        if (n >= 4) {
+            size_t d = (n >> 3) << 2;
+            a = (rd32(p) << 32) | rd32(p + d);
+            b = (rd32(p + n - 4) << 32) | rd32(p + n - 4 - d);
+        } else if (n > 0) {
+            a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
+            b = 0;
+        } else {
+            a = b = 0;
+        }
+    } else {
+        size_t i = n;
+        for (; i > 16; i -= 16, p += 16) seed = fold_mul(rd64(p) ^ k0, rd64(p + 8) ^ seed);
+        a = rd64(p + i - 16);
+        b = rd64(p + i - 8);
     }
-    uint64_t w = 0;
-    for (size_t i = 0; i < n; i++) w |= (uint64_t)(uint8_t)p[i] << (8 * i);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 32;
-    h *= 0xD6E8FEB86659FD93ull;
-    h ^= h >> 29;
-    return h;
+    return fold_mul(k0 ^ n, fold_mul(a ^ k1, b ^ seed)) | 1ull << 63;   /* never 0: 0 means "no entry" */
 }
 
 int32_t tok_lookup_h(const kiln_tokenizer *t, const char *p, size_t n, uint64_t h) {
-    uint32_t tag = (uint32_t)(h >> 32);
+    uint32_t tag = tok_slot_tag(h);
     for (uint32_t i = (uint32_t)h & t->vocab_mask;; i = (i + 1) & t->vocab_mask) {
-        const tok_slot *s = &t->vocab_slots[i];
-        if (!s->id1) return -1;
-        if (s->tag == tag) {
-            const gguf_str *tx = &t->text[s->id1 - 1];
-            if (tx->len == n && !memcmp(tx->ptr, p, n)) return (int32_t)(s->id1 - 1);
+        uint32_t s = t->vocab_slots[i];
+        if (!s) return -1;
+        if (s >> TOK_SLOT_ID_BITS == tag) {
+            int32_t id = (int32_t)(s & TOK_SLOT_ID_MASK) - 1;
+            gguf_str tx = tok_text(t, id);
+            if (tx.len == n && !memcmp(tx.ptr, p, n)) return id;
         }
     }
 }
 
-int32_t tok_merge_rank(const kiln_tokenizer *t, const char *l, size_t nl, uint64_t hl, const char *r, size_t nr,
-                       uint64_t hr) {
+int32_t tok_merge_rank_h(const kiln_tokenizer *t, const char *key, size_t n, uint64_t h) {
     if (!t->merge_slots) return -1;
-    uint64_t h = tok_pair_hash(hl, hr);
-    uint32_t tag = (uint32_t)(h >> 32);
+    uint32_t tag = tok_slot_tag(h);
     for (uint32_t i = (uint32_t)h & t->merge_mask;; i = (i + 1) & t->merge_mask) {
-        const tok_slot *s = &t->merge_slots[i];
-        if (!s->id1) return -1;
-        if (s->tag == tag) {
-            const tok_merge *m = &t->merges[s->id1 - 1];
-            if (m->n_left == nl && m->n_right == nr && !memcmp(m->text, l, nl) &&
-                !memcmp(m->text + nl + 1, r, nr))
-                return (int32_t)(s->id1 - 1);
+        uint32_t s = t->merge_slots[i];
+        if (!s) return -1;
+        if (s >> TOK_SLOT_ID_BITS == tag) {
+            int32_t rank = (int32_t)(s & TOK_SLOT_ID_MASK) - 1;
+            gguf_str m = gguf_arr_str(&t->merges, (uint64_t)rank);
+            if (m.len == n && !memcmp(m.ptr, key, n)) return rank;
         }
     }
 }
+
+#define PREFETCH 16   /* table inserts run this many entries behind the hashing and prefetching */
 
 static uint32_t table_size_for(size_t n) {
     size_t want = n + n / 2 + 16, sz = 64;
@@ -122,45 +145,59 @@ static int32_t find_marked(kiln_tokenizer *t, const char *const *list, size_t n,
 static int cmp_special(const void *a, const void *b, void *ctx) {
     const kiln_tokenizer *t = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t->text[x].len != t->text[y].len) return t->text[x].len > t->text[y].len ? -1 : 1;
+    uint64_t lx = tok_text(t, x).len, ly = tok_text(t, y).len;
+    if (lx != ly) return lx > ly ? -1 : 1;
     return (x > y) - (x < y);
 }
 
-static kiln_status build_vocab(kiln_tokenizer *t, const gguf_arr *tokens) {
+/* Inserts entry idx (hash h) unless an equal key is there already (the first entry keeps it). Returns false
+ * for a duplicate. eq(ctx, a, b) compares the keys of entries a and b. */
+static bool table_insert(uint32_t *slots, uint32_t mask, uint64_t h, uint32_t idx,
+                         bool (*eq)(const kiln_tokenizer *, uint32_t, uint32_t), const kiln_tokenizer *t) {
+    uint32_t tag = tok_slot_tag(h);
+    for (uint32_t j = (uint32_t)h & mask;; j = (j + 1) & mask) {
+        uint32_t s = slots[j];
+        if (!s) {
+            slots[j] = (tag << TOK_SLOT_ID_BITS) | (idx + 1);
+            return true;
+        }
+        if (s >> TOK_SLOT_ID_BITS == tag && eq(t, (s & TOK_SLOT_ID_MASK) - 1, idx)) return false;
+    }
+}
+
+static bool token_eq(const kiln_tokenizer *t, uint32_t a, uint32_t b) {
+    gguf_str x = tok_text(t, (int32_t)a), y = tok_text(t, (int32_t)b);
+    return x.len == y.len && !memcmp(x.ptr, y.ptr, x.len);
+}
+
+static bool merge_eq(const kiln_tokenizer *t, uint32_t a, uint32_t b) {
+    gguf_str x = gguf_arr_str(&t->merges, a), y = gguf_arr_str(&t->merges, b);
+    return x.len == y.len && !memcmp(x.ptr, y.ptr, x.len);
+}
+
+static kiln_status build_vocab(kiln_tokenizer *t) {
     int n = t->n_vocab;
-    t->text = kiln_malloc(sizeof *t->text * (size_t)n);
-    t->score = kiln_calloc((size_t)n, sizeof *t->score);
     t->attr = kiln_malloc((size_t)n);
     uint32_t slots = table_size_for((size_t)n);
     t->vocab_slots = kiln_calloc(slots, sizeof *t->vocab_slots);
-    if (!t->text || !t->score || !t->attr || !t->vocab_slots)
-        return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %d tokens", n);
+    if (!t->attr || !t->vocab_slots) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %d tokens", n);
     t->vocab_mask = slots - 1;
+    memset(t->attr, TOK_ATTR_NORMAL, (size_t)n);
+    /* hashes run PREFETCH entries ahead of the inserts so the table's cache misses overlap */
+    uint64_t ring[PREFETCH];
     size_t n_dup = 0;
     int32_t first_dup = -1;
-    for (int i = 0; i < n; i++) {
-        gguf_str s = gguf_arr_str(tokens, (uint64_t)i);
-        t->text[i] = s;
-        t->attr[i] = TOK_ATTR_NORMAL;
-        if (s.len > t->max_token_len) t->max_token_len = (size_t)s.len;
-        if (s.len == 0) continue;   /* never matched by text */
-        uint64_t h = tok_hash(s.ptr, (size_t)s.len);
-        uint32_t tag = (uint32_t)(h >> 32);
-        uint32_t j = (uint32_t)h & t->vocab_mask;
-        for (;; j = (j + 1) & t->vocab_mask) {
-            tok_slot *sl = &t->vocab_slots[j];
-            if (!sl->id1) {
-                sl->id1 = (uint32_t)i + 1;
-                sl->tag = tag;
-                break;
-            }
-            if (sl->tag == tag) {
-                const gguf_str *o = &t->text[sl->id1 - 1];
-                if (o->len == s.len && !memcmp(o->ptr, s.ptr, (size_t)s.len)) {
-                    if (!n_dup++) first_dup = i;
-                    break;  /* the first id keeps the text */
-                }
-            }
+    for (int i = 0; i < n + PREFETCH; i++) {
+        int k = i - PREFETCH;   /* insert entry k (hashed PREFETCH steps ago) before its ring place is reused */
+        if (k >= 0 && ring[k % PREFETCH] &&
+            !table_insert(t->vocab_slots, t->vocab_mask, ring[k % PREFETCH], (uint32_t)k, token_eq, t) && !n_dup++)
+            first_dup = k;
+        if (i < n) {
+            gguf_str s = tok_text(t, i);
+            if (s.len > t->max_token_len) t->max_token_len = (size_t)s.len;
+            uint64_t h = s.len ? tok_hash(s.ptr, (size_t)s.len) : 0;   /* 0: empty, never matched */
+            ring[i % PREFETCH] = h;
+            __builtin_prefetch(&t->vocab_slots[(uint32_t)h & t->vocab_mask], 1);
         }
     }
     if (n_dup)
@@ -169,54 +206,40 @@ static kiln_status build_vocab(kiln_tokenizer *t, const gguf_arr *tokens) {
     return KILN_OK;
 }
 
-static kiln_status build_merges(kiln_tokenizer *t, const gguf_arr *merges) {
-    if (merges->n > 0x7FFFFFFFu) return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: %llu entries is too many",
-                                                  (unsigned long long)merges->n);
-    uint32_t n = (uint32_t)merges->n;
-    t->merges = kiln_malloc(sizeof *t->merges * (n ? n : 1));
+static kiln_status build_merges(kiln_tokenizer *t) {
+    uint32_t n = (uint32_t)t->merges.n;
     uint32_t slots = table_size_for(n);
     t->merge_slots = kiln_calloc(slots, sizeof *t->merge_slots);
-    if (!t->merges || !t->merge_slots) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %u merges", n);
+    if (!t->merge_slots) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory for %u merges", n);
     t->merge_mask = slots - 1;
-    t->n_merges = n;
-    for (uint32_t i = 0; i < n; i++) {
-        gguf_str s = gguf_arr_str(merges, i);
-        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', (size_t)s.len - 1) : NULL;
-        tok_merge *m = &t->merges[i];
-        m->text = s.ptr;
-        if (!sp) {   /* malformed entry: never matches (llama.cpp maps it to an empty pair) */
-            m->n_left = m->n_right = 0;
-            continue;
+    /* the key is the whole "left right" string; a lookup rebuilds it from the two pieces. llama.cpp splits at
+     * the first space after byte 0: entries without one never match, and byte-level pieces have no spaces. */
+    uint64_t ring[PREFETCH];
+    for (uint32_t i = 0; i < n + PREFETCH; i++) {
+        if (i >= PREFETCH) {   /* insert entry k (hashed PREFETCH steps ago) before its ring place is reused */
+            uint32_t k = i - PREFETCH;
+            if (ring[k % PREFETCH])   /* duplicates: the first rank wins */
+                table_insert(t->merge_slots, t->merge_mask, ring[k % PREFETCH], k, merge_eq, t);
         }
-        m->n_left = (uint32_t)(sp - s.ptr);
-        m->n_right = (uint32_t)(s.len - m->n_left - 1);
-        uint64_t h = tok_pair_hash(tok_hash(s.ptr, m->n_left), tok_hash(sp + 1, m->n_right));
-        uint32_t tag = (uint32_t)(h >> 32);
-        for (uint32_t j = (uint32_t)h & t->merge_mask;; j = (j + 1) & t->merge_mask) {
-            tok_slot *sl = &t->merge_slots[j];
-            if (!sl->id1) {
-                sl->id1 = i + 1;
-                sl->tag = tag;
-                break;
+        if (i < n) {
+            gguf_str s = gguf_arr_str(&t->merges, i);
+            uint64_t h = 0;
+            if (s.len > 2 && memchr(s.ptr + 1, ' ', (size_t)s.len - 2)) {
+                h = tok_hash(s.ptr, (size_t)s.len);   /* never 0; 0 marks "skip" */
+                __builtin_prefetch(&t->merge_slots[(uint32_t)h & t->merge_mask], 1);
             }
-            if (sl->tag == tag) {
-                const tok_merge *o = &t->merges[sl->id1 - 1];
-                if (o->n_left == m->n_left && o->n_right == m->n_right && !memcmp(o->text, m->text, s.len))
-                    break;  /* duplicate merge: the first rank wins */
-            }
+            ring[i % PREFETCH] = h;
         }
     }
     return KILN_OK;
 }
 
 static kiln_status load_arrays(kiln_tokenizer *t, const gguf_file *f) {
-    gguf_arr tokens;
-    KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &tokens));
-    if (tokens.n == 0 || tokens.n > 0x7FFFFFF0u)
-        return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens is out of range",
-                         (unsigned long long)tokens.n);
-    t->n_vocab = (int)tokens.n;
-    KILN_TRY(build_vocab(t, &tokens));
+    KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &t->tokens));
+    if (t->tokens.n == 0 || t->tokens.n > TOK_MAX_ENTRIES)
+        return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.tokens: %llu tokens is out of range (1..%u)",
+                         (unsigned long long)t->tokens.n, (unsigned)TOK_MAX_ENTRIES);
+    t->n_vocab = (int)t->tokens.n;
 
     const gguf_kv *kv = gguf_find(f, "tokenizer.ggml.scores");
     if (kv) {
@@ -225,43 +248,43 @@ static kiln_status load_arrays(kiln_tokenizer *t, const gguf_file *f) {
             return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores at offset %llu: expected an array of f32",
                              (unsigned long long)kv->offset);
         const gguf_arr *a = &kv->value.v.arr;
-        if (a->n < tokens.n)
+        if (a->n < t->tokens.n)
             return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.scores at offset %llu: %llu scores for %llu tokens",
-                             (unsigned long long)kv->offset, (unsigned long long)a->n, (unsigned long long)tokens.n);
-        if (a->elem == GGUF_VT_F32) {
-            memcpy(t->score, a->data, sizeof(float) * (size_t)t->n_vocab);
-        } else {
-            for (int i = 0; i < t->n_vocab; i++) {
-                int32_t v;
-                memcpy(&v, a->data + 4 * (size_t)i, 4);
-                t->score[i] = (float)v;
-            }
-        }
+                             (unsigned long long)kv->offset, (unsigned long long)a->n, (unsigned long long)t->tokens.n);
+        t->scores = a->data;
+        t->scores_i32 = a->elem == GGUF_VT_I32;
     }
+    const gguf_arr *types = NULL;
     kv = gguf_find(f, "tokenizer.ggml.token_type");
     if (kv) {
         if (kv->value.type != GGUF_VT_ARRAY || kv->value.v.arr.elem != GGUF_VT_I32)
             return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type at offset %llu: expected an array of i32",
                              (unsigned long long)kv->offset);
-        const gguf_arr *a = &kv->value.v.arr;
-        if (a->n < tokens.n)
+        types = &kv->value.v.arr;
+        if (types->n < t->tokens.n)
             return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.token_type at offset %llu: %llu types for %llu tokens",
-                             (unsigned long long)kv->offset, (unsigned long long)a->n, (unsigned long long)tokens.n);
+                             (unsigned long long)kv->offset, (unsigned long long)types->n,
+                             (unsigned long long)t->tokens.n);
+    }
+    if (t->kind == TOK_KIND_BPE) {
+        if (!key_present(f, "tokenizer.ggml.merges"))
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: missing (required for a gpt2 tokenizer)");
+        KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &t->merges));
+        if (t->merges.n > TOK_MAX_ENTRIES)
+            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: %llu merges is too many (at most %u)",
+                             (unsigned long long)t->merges.n, (unsigned)TOK_MAX_ENTRIES);
+    }
+    KILN_TRY(build_vocab(t));
+    if (types) {
         static const uint8_t map[7] = {0, TOK_ATTR_NORMAL, TOK_ATTR_UNKNOWN, TOK_ATTR_CONTROL,
                                        TOK_ATTR_USER_DEFINED, TOK_ATTR_UNUSED, TOK_ATTR_BYTE};
         for (int i = 0; i < t->n_vocab; i++) {
             int32_t v;
-            memcpy(&v, a->data + 4 * (size_t)i, 4);
+            memcpy(&v, types->data + 4 * (size_t)i, 4);
             t->attr[i] = (v >= 0 && v < 7) ? map[v] : 0;   /* 0: undefined (decodes to nothing) */
         }
     }
-    if (t->kind == TOK_KIND_BPE) {
-        gguf_arr merges;
-        if (!key_present(f, "tokenizer.ggml.merges"))
-            return kiln_fail(KILN_ERR_FORMAT, "tokenizer.ggml.merges: missing (required for a gpt2 tokenizer)");
-        KILN_TRY(gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges));
-        KILN_TRY(build_merges(t, &merges));
-    }
+    if (t->kind == TOK_KIND_BPE) KILN_TRY(build_merges(t));
     return KILN_OK;
 }
 
@@ -323,11 +346,11 @@ static kiln_status load_specials(kiln_tokenizer *t, const gguf_file *f) {
     /* the special-token split list: longest text first */
     int n_special = 0;
     for (int i = 0; i < n; i++)
-        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && t->text[i].len) n_special++;
+        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && tok_text(t, i).len) n_special++;
     t->special = kiln_malloc(sizeof *t->special * (size_t)(n_special ? n_special : 1));
     if (!t->special) return kiln_fail(KILN_ERR_NOMEM, "tokenizer: out of memory");
     for (int i = 0; i < n; i++)
-        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && t->text[i].len)
+        if ((t->attr[i] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN)) && tok_text(t, i).len)
             t->special[t->n_special++] = i;
     qsort_r(t->special, (size_t)t->n_special, sizeof *t->special, cmp_special, t);
 
@@ -428,11 +451,8 @@ kiln_status kiln_tokenizer_open(const gguf_file *f, kiln_tokenizer **out) {
 void kiln_tokenizer_close(kiln_tokenizer *t) {
     if (!t) return;
     tok_pretok_close(t->pretok);
-    kiln_free(t->text);
-    kiln_free(t->score);
     kiln_free(t->attr);
     kiln_free(t->vocab_slots);
-    kiln_free(t->merges);
     kiln_free(t->merge_slots);
     kiln_free(t->special);
     kiln_free(t->chat_template);
@@ -468,7 +488,7 @@ int32_t kiln_tokenizer_find(const kiln_tokenizer *t, const char *text, size_t le
 
 gguf_str kiln_tokenizer_token_text(const kiln_tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->n_vocab) return (gguf_str){"", 0};
-    return t->text[id];
+    return tok_text(t, id);
 }
 
 /* ---------------------------------------------------------------- special-token split */
@@ -495,8 +515,9 @@ static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r')
  * tokenizer_st_partition for one token. Returns false on allocation failure. */
 static bool split_on(const kiln_tokenizer *t, const char *text, int32_t id, frag_list *cur, frag_list *next,
                      bool *changed) {
-    const char *tx = t->text[id].ptr;
-    size_t tn = (size_t)t->text[id].len;
+    gguf_str txt = tok_text(t, id);
+    const char *tx = txt.ptr;
+    size_t tn = (size_t)txt.len;
     uint8_t a = t->attr[id];
     next->n = 0;
     *changed = false;
@@ -608,8 +629,9 @@ static inline void sink_put(piece_sink *s, const char *p, size_t n) {
 size_t kiln_tokenizer_piece_at(const kiln_tokenizer *t, int32_t id, size_t skip, char *buf, size_t cap) {
     if (id < 0 || id >= t->n_vocab) return 0;
     uint8_t a = t->attr[id];
-    const char *p = t->text[id].ptr;
-    size_t n = (size_t)t->text[id].len;
+    gguf_str txt = tok_text(t, id);
+    const char *p = txt.ptr;
+    size_t n = (size_t)txt.len;
     piece_sink s = {buf, cap, skip, 0};
     if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) return 0;
     if (a & TOK_ATTR_USER_DEFINED) {
