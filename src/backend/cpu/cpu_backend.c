@@ -5,7 +5,10 @@
  *
  * Shapes (B = tokens in this call, E = n_embd, Q = n_head*hd, KV = n_head_kv*hd, F = n_ff):
  *   x (B,E) residual stream     xb (B,E) normed     q (B,Q) k,v (B,KV)     att (B,Q)
- *   hb, hb2 (B,F)               k_cache, v_cache (n_layer, n_ctx, KV)       logits (n_vocab,)
+ *   hb, hb2 (B,F)               k_cache, v_cache (n_layer, n_ctx, KV) F16   logits (n_vocab,)
+ * The KV cache is F16 like llama.cpp's default, and attention rounds q and the softmax weights to F16
+ * before their products with K and V (as ggml's F16 matrix products do), which keeps greedy runs on the
+ * reference engine's tokens.
  */
 #include <math.h>
 #include <string.h>
@@ -26,7 +29,8 @@ typedef struct cpu_state {
     size_t arena_bytes;
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *logits, *scores;
     float *rope_cos, *rope_sin;   /* (n_ctx, n_rot/2) */
-    float *k_cache, *v_cache;     /* (n_layer, n_ctx, KV) */
+    float *qh;                    /* per thread: one head of q rounded to F16 */
+    uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, KV) F16 */
     void *scratch;                /* converted activations for the matmuls */
 } cpu_state;
 
@@ -74,8 +78,9 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     s->scores = carve(base, &off, (size_t)s->cfg.n_threads * C * 4);
     s->rope_cos = carve(base, &off, C * (size_t)(hp->n_rot / 2) * 4);
     s->rope_sin = carve(base, &off, C * (size_t)(hp->n_rot / 2) * 4);
-    s->k_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 4);
-    s->v_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 4);
+    s->k_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 2);
+    s->v_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 2);
+    s->qh = carve(base, &off, (size_t)s->cfg.n_threads * (size_t)hp->head_dim * 4);
     s->scratch = carve(base, &off, max_scratch(s->m, (int)B));
     return off;
 }
@@ -152,27 +157,29 @@ static void attention(void *ctx, int ith, int nth) {
     const kiln_hparams *hp = &s->m->hp;
     const int hd = hp->head_dim, nh = hp->n_head, KV = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    const float *kc = s->k_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
-    const float *vc = s->v_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
+    const uint16_t *kc = s->k_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
+    const uint16_t *vc = s->v_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
+    float *qf = s->qh + (size_t)ith * hd;
     int lo, hi;
     kiln_split(j->B * nh, ith, nth, &lo, &hi);
     for (int p = lo; p < hi; p++) {
         const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->pos + t + 1;
         const float *q = s->q + (size_t)t * nh * hd + (size_t)h * hd;
+        for (int c = 0; c < hd; c++) qf[c] = kiln_f16_to_f32(kiln_f32_to_f16(q[c]));
         for (int i = 0; i < n_keys; i++) {
-            const float *k = kc + (size_t)i * KV + (size_t)kvh * hd;
+            const uint16_t *k = kc + (size_t)i * KV + (size_t)kvh * hd;
             float d = 0.0f;
-            for (int c = 0; c < hd; c++) d += q[c] * k[c];
+            for (int c = 0; c < hd; c++) d += qf[c] * kiln_f16_to_f32(k[c]);
             sc[i] = d * scale;
         }
         cpu_softmax(sc, n_keys);
         float *o = s->att + (size_t)t * nh * hd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         for (int i = 0; i < n_keys; i++) {
-            const float *v = vc + (size_t)i * KV + (size_t)kvh * hd;
-            const float a = sc[i];
-            for (int c = 0; c < hd; c++) o[c] += a * v[c];
+            const uint16_t *v = vc + (size_t)i * KV + (size_t)kvh * hd;
+            const float a = kiln_f16_to_f32(kiln_f32_to_f16(sc[i]));
+            for (int c = 0; c < hd; c++) o[c] += a * kiln_f16_to_f32(v[c]);
         }
     }
 }
@@ -215,8 +222,10 @@ static kiln_status cpu_forward(void *state, const int32_t *ids, int B, int pos, 
                 cpu_rope_head(kh, c, sn, hp->n_rot, hp->rope_neox);
             }
             const size_t at = ((size_t)il * s->cfg.n_ctx + (size_t)p) * KV;
-            memcpy(s->k_cache + at, s->k + (size_t)t * KV, (size_t)KV * sizeof(float));
-            memcpy(s->v_cache + at, s->v + (size_t)t * KV, (size_t)KV * sizeof(float));
+            for (int e = 0; e < KV; e++) {
+                s->k_cache[at + e] = kiln_f32_to_f16(s->k[(size_t)t * KV + e]);
+                s->v_cache[at + e] = kiln_f32_to_f16(s->v[(size_t)t * KV + e]);
+            }
         }
         attn_job aj = {.s = s, .layer = il, .B = B, .pos = pos};
         if ((int64_t)B * hp->n_head * (pos + B) * hd < (1 << 15)) attention(&aj, 0, 1);
