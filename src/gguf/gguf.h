@@ -87,7 +87,8 @@ void gguf_close(gguf_file *f);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);
-uint64_t gguf_data_offset(const gguf_file *f);
+uint64_t gguf_data_offset(const gguf_file *f);   /* end of the tensor table rounded up to the alignment
+                                                  * (past the end of a file without tensors) */
 uint32_t gguf_alignment(const gguf_file *f);
 const uint8_t *gguf_base(const gguf_file *f);   /* the start of the map */
 const char *gguf_path(const gguf_file *f);
@@ -148,7 +149,8 @@ kiln_status gguf_set_str(gguf_writer *w, const char *key, const char *s, size_t 
 kiln_status gguf_set_arr_data(gguf_writer *w, const char *key, gguf_vtype elem, const void *data, uint64_t n);
 /* An array of n strings. */
 kiln_status gguf_set_arr_str(gguf_writer *w, const char *key, const gguf_str *strs, uint64_t n);
-/* Copies a value read from another file (any type, nested arrays included). */
+/* Copies a value read from another file (any type, nested arrays included; string arrays and arrays of
+ * arrays need the offsets table gguf_open builds). */
 kiln_status gguf_set_value(gguf_writer *w, const char *key, const gguf_value *v);
 kiln_status gguf_remove_key(gguf_writer *w, const char *key);
 
