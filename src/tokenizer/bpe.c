@@ -62,8 +62,8 @@ void tok_bytes_init(void) { pthread_once(&byte_once, bytes_init_once); }
 typedef struct bpe_sym { int32_t prev, next; uint32_t start, n; } bpe_sym;
 typedef struct bpe_bigram { int32_t rank, left, right; uint32_t size; } bpe_bigram;
 
-/* per-call scratch, grown as needed and reused for every word */
-typedef struct bpe_ctx {
+/* per-encode-call scratch, grown as needed and reused for every word of every fragment */
+struct tok_bpe_scratch {
     const kiln_tokenizer *t;
     tok_out *out;
     char *w;            /* the byte-mapped word */
@@ -74,7 +74,18 @@ typedef struct bpe_ctx {
     size_t heap_n, heap_cap;
     char *key;          /* "left right" of a candidate merge */
     size_t key_cap;
-} bpe_ctx;
+    /* word cache: a word met again in the same encode call reuses its ids (words are views into the caller's
+     * text, valid for the whole call) */
+    bool cache_ok;      /* false while encoding a repaired copy (freed before the call ends) */
+    struct wc_entry *wc;
+    uint32_t wc_mask, wc_n;
+    int32_t *pool;      /* the cached ids */
+    size_t pool_n, pool_cap;
+};
+typedef struct tok_bpe_scratch bpe_ctx;
+
+typedef struct wc_entry { uint64_t h; const char *word; uint32_t ids_off; uint16_t len, n_ids; } wc_entry;
+#define WC_MAX_WORD 64   /* longer words are not cached */
 
 static inline bool bg_before(const bpe_bigram *a, const bpe_bigram *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
@@ -140,20 +151,20 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
     return true;
 }
 
-static void emit_symbol(bpe_ctx *c, const char *s, size_t n) {
-    int32_t id = tok_lookup_plain_h(c->t, s, n, tok_hash(s, n));
+static void emit_symbol(const kiln_tokenizer *t, const char *s, size_t n, tok_out *out) {
+    int32_t id = tok_lookup_plain_h(t, s, n, tok_hash(s, n));
     if (id >= 0) {
-        tok_out_push(c->out, id);
+        tok_out_push(out, id);
         return;
     }
     for (size_t i = 0; i < n; i++) {   /* llama.cpp: each raw byte of the mapped text, when it is a token */
-        int32_t b = tok_lookup_plain_h(c->t, s + i, 1, tok_hash(s + i, 1));
-        if (b >= 0) tok_out_push(c->out, b);
+        int32_t b = tok_lookup_plain_h(t, s + i, 1, tok_hash(s + i, 1));
+        if (b >= 0) tok_out_push(out, b);
     }
 }
 
-static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
-    bpe_ctx *c = ctx;
+/* Merges one word (raw bytes) and pushes its ids to out. */
+static kiln_status bpe_merge_word(bpe_ctx *c, const char *word, size_t len, tok_out *out) {
     const kiln_tokenizer *t = c->t;
     if (!grow((void **)&c->w, &c->w_cap, 2 * len, 1)) return kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
     size_t wn = 0;
@@ -167,7 +178,7 @@ static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
         uint64_t h = tok_hash(w, wn);
         int32_t id = tok_lookup_plain_h(t, w, wn, h);
         if (id >= 0) {
-            tok_out_push(c->out, id);
+            tok_out_push(out, id);
             return KILN_OK;
         }
     }
@@ -197,8 +208,57 @@ static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
     }
     for (int32_t i = n_sym ? 0 : -1; i != -1; i = c->sym[i].next) {
         const bpe_sym *s = &c->sym[i];
-        emit_symbol(c, w + s->start, s->n);
+        emit_symbol(t, w + s->start, s->n, out);
     }
+    return KILN_OK;
+}
+
+static bool wc_grow(bpe_ctx *c) {
+    uint32_t cap = c->wc ? (c->wc_mask + 1) * 2 : 1024;
+    wc_entry *v = kiln_calloc(cap, sizeof *v);
+    if (!v) return false;
+    for (uint32_t i = 0; c->wc && i <= c->wc_mask; i++) {
+        if (!c->wc[i].h) continue;
+        uint32_t j = (uint32_t)c->wc[i].h & (cap - 1);
+        while (v[j].h) j = (j + 1) & (cap - 1);
+        v[j] = c->wc[i];
+    }
+    kiln_free(c->wc);
+    c->wc = v;
+    c->wc_mask = cap - 1;
+    return true;
+}
+
+static kiln_status bpe_word(void *ctx, const char *word, size_t len) {
+    bpe_ctx *c = ctx;
+    if (len > WC_MAX_WORD || !c->cache_ok) return bpe_merge_word(c, word, len, c->out);
+    uint64_t h = tok_hash(word, len);
+    uint32_t i = 0;
+    if (c->wc) {
+        for (i = (uint32_t)h & c->wc_mask; c->wc[i].h; i = (i + 1) & c->wc_mask) {
+            const wc_entry *e = &c->wc[i];
+            if (e->h == h && e->len == len && !memcmp(e->word, word, len)) {
+                for (uint32_t k = 0; k < e->n_ids; k++) tok_out_push(c->out, c->pool[e->ids_off + k]);
+                return KILN_OK;
+            }
+        }
+    }
+    int32_t ids[4 * WC_MAX_WORD];   /* at most one id per byte of the mapped word (2 per input byte) */
+    tok_out tmp = {ids, sizeof ids / sizeof *ids, 0};
+    KILN_TRY(bpe_merge_word(c, word, len, &tmp));
+    KILN_ASSERT(tmp.n <= tmp.cap);
+    for (size_t k = 0; k < tmp.n; k++) tok_out_push(c->out, ids[k]);
+    /* remember the word */
+    if (!c->wc || (c->wc_n + 1) * 2 > c->wc_mask + 1) {
+        if (!wc_grow(c)) return kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
+        for (i = (uint32_t)h & c->wc_mask; c->wc[i].h; i = (i + 1) & c->wc_mask) {}
+    }
+    if (c->pool_n + tmp.n > UINT32_MAX || !grow((void **)&c->pool, &c->pool_cap, c->pool_n + tmp.n, sizeof *c->pool))
+        return kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
+    memcpy(c->pool + c->pool_n, ids, tmp.n * sizeof *ids);
+    c->wc[i] = (wc_entry){h, word, (uint32_t)c->pool_n, (uint16_t)len, (uint16_t)tmp.n};
+    c->pool_n += tmp.n;
+    c->wc_n++;
     return KILN_OK;
 }
 
@@ -251,19 +311,36 @@ static char *repair_utf8(const char *s, size_t len, size_t *out_len) {
     return o;
 }
 
-kiln_status tok_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len, tok_out *out) {
+kiln_status tok_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len, tok_out *out,
+                           tok_bpe_scratch **scratch) {
+    if (len > UINT32_MAX) return kiln_fail(KILN_ERR_INVALID_ARG, "tokenize: a text of %zu bytes is too long", len);
+    if (!*scratch) {
+        *scratch = kiln_calloc(1, sizeof **scratch);
+        if (!*scratch) return kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
+    }
+    bpe_ctx *c = *scratch;
     char *fixed = NULL;
+    c->cache_ok = true;
     if (tok_utf8_valid_prefix(text, len) != len) {
         fixed = repair_utf8(text, len, &len);
         if (!fixed) return kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
         text = fixed;
+        c->cache_ok = false;
     }
-    bpe_ctx c = {.t = t, .out = out};
-    kiln_status st = tok_pretok_split(t->pretok, text, len, bpe_word, &c);
-    kiln_free(c.w);
-    kiln_free(c.sym);
-    kiln_free(c.heap);
-    kiln_free(c.key);
+    c->t = t;
+    c->out = out;
+    kiln_status st = tok_pretok_split(t->pretok, text, len, bpe_word, c);
     kiln_free(fixed);
     return st;
+}
+
+void tok_bpe_scratch_free(tok_bpe_scratch *c) {
+    if (!c) return;
+    kiln_free(c->w);
+    kiln_free(c->sym);
+    kiln_free(c->heap);
+    kiln_free(c->key);
+    kiln_free(c->wc);
+    kiln_free(c->pool);
+    kiln_free(c);
 }

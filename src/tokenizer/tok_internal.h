@@ -140,8 +140,13 @@ void tok_bytes_init(void);
 /* The byte a code point stands for, -1 when it is not one of the 256 mapped code points. */
 int tok_cp_to_byte(uint32_t cp);
 
-/* Encodes one raw-text fragment: pre-tokenizer split, byte mapping, merges by rank. */
-kiln_status tok_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len, tok_out *out);
+/* Scratch of one encode call (buffers and a word cache), created by the first tok_bpe_encode of the call. */
+typedef struct tok_bpe_scratch tok_bpe_scratch;
+/* Encodes one raw-text fragment: pre-tokenizer split, byte mapping, merges by rank. text must stay valid until
+ * the scratch is freed (the word cache points into it). */
+kiln_status tok_bpe_encode(const kiln_tokenizer *t, const char *text, size_t len, tok_out *out,
+                           tok_bpe_scratch **scratch);
+void tok_bpe_scratch_free(tok_bpe_scratch *s);
 
 /* Compiles the regexes of a pre-tokenizer name; unknown names give a warning and the default split.
  * *ignore_merges is set for the llama3 family. */

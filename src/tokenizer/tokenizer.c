@@ -564,6 +564,7 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, siz
 
     kiln_status st = KILN_OK;
     frag_list a = {0}, b = {0};
+    tok_bpe_scratch *bpe_scratch = NULL;
     if (len > 0) {
         if (!frag_push(&a, 0, len, -1)) {
             st = kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
@@ -596,11 +597,12 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, siz
         if (t->kind == TOK_KIND_SPM) {
             st = tok_spm_encode(t, text + fr.off, fr.len, t->add_space_prefix && prev_special, &out);
         } else {
-            st = tok_bpe_encode(t, text + fr.off, fr.len, &out);
+            st = tok_bpe_encode(t, text + fr.off, fr.len, &out, &bpe_scratch);
         }
         prev_special = false;
     }
 done:
+    tok_bpe_scratch_free(bpe_scratch);
     kiln_free(a.v);
     kiln_free(b.v);
     if (st != KILN_OK) return st;
