@@ -415,34 +415,93 @@ static jv as_list(jctx *c, const jnode *at, jv v) {
 
 /* ---------------------------------------------------------------- string helpers */
 
+/* Simple Unicode case mapping for the scripts chat text mostly uses: ASCII, Latin-1, Latin Extended-A,
+ * Greek, Cyrillic and fullwidth Latin. Other code points have no case here. */
+static uint32_t cp_upper(uint32_t c) {
+    if (c >= 'a' && c <= 'z') return c - 32;
+    if (c < 0x80) return c;
+    if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 32;
+    if (c == 0xFF) return 0x178;
+    if (c == 0xB5) return 0x39C;
+    if (c >= 0x100 && c <= 0x17F) {
+        if (c == 0x131) return 'I';
+        if (c == 0x17F) return 'S';
+        if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c & ~1u;
+        if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1u) ? c : c - 1;
+        return c;
+    }
+    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+    if (c == 0x3C2) return 0x3A3;
+    if (c == 0x3AC) return 0x386;
+    if (c >= 0x3AD && c <= 0x3AF) return c - 37;
+    if (c == 0x3CC) return 0x38C;
+    if (c == 0x3CD || c == 0x3CE) return c - 63;
+    if (c >= 0x430 && c <= 0x44F) return c - 32;
+    if (c >= 0x450 && c <= 0x45F) return c - 80;
+    if (c >= 0xFF41 && c <= 0xFF5A) return c - 32;
+    return c;
+}
+
+static uint32_t cp_lower(uint32_t c) {
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    if (c < 0x80) return c;
+    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+    if (c == 0x178) return 0xFF;
+    if (c >= 0x100 && c <= 0x17F) {
+        if (c == 0x130) return 'i';
+        if ((c >= 0x100 && c <= 0x12F) || (c >= 0x132 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c | 1u;
+        if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1u) ? c + 1 : c;
+        return c;
+    }
+    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+    if (c == 0x386) return 0x3AC;
+    if (c >= 0x388 && c <= 0x38A) return c + 37;
+    if (c == 0x38C) return 0x3CC;
+    if (c == 0x38E || c == 0x38F) return c + 63;
+    if (c >= 0x410 && c <= 0x42F) return c + 32;
+    if (c >= 0x400 && c <= 0x40F) return c + 80;
+    if (c >= 0xFF21 && c <= 0xFF3A) return c + 32;
+    return c;
+}
+
+static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF || c == 0x138 || c == 0x149; }
+
+static void put_cp(jbuf *b, uint32_t cp) {
+    char t[4];
+    size_t n;
+    if (cp < 0x80) { t[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { t[0] = (char)(0xC0 | (cp >> 6)); t[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) { t[0] = (char)(0xE0 | (cp >> 12)); t[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); t[2] = (char)(0x80 | (cp & 0x3F)); n = 3; }
+    else { t[0] = (char)(0xF0 | (cp >> 18)); t[1] = (char)(0x80 | ((cp >> 12) & 0x3F)); t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); t[3] = (char)(0x80 | (cp & 0x3F)); n = 4; }
+    jbuf_add(b, t, n);
+}
+
 static jv str_case(jctx *c, const jnode *at, jv s, int mode) {
     /* mode 0 lower, 1 upper, 2 capitalize (first upper, rest lower), 3 str.title, 4 jinja title filter */
-    char *d = jctx_alloc(c, at, (size_t)s.len + 1);
-    bool prev_cased = false, word_start = true;
-    for (size_t i = 0; i < s.len; i++) {
-        unsigned char ch = (unsigned char)s.u.s[i];
-        bool is_lower = ch >= 'a' && ch <= 'z', is_upper = ch >= 'A' && ch <= 'Z';
+    jbuf b;
+    jbuf_init(&b, c, at);
+    bool prev_cased = false, word_start = true, first = true;
+    size_t i = 0;
+    while (i < s.len) {
+        size_t st = i;
+        uint32_t cp = utf8_next(s.u.s, s.len, &i);
         bool up;
         switch (mode) {
         case 0: up = false; break;
         case 1: up = true; break;
-        case 2: up = i == 0; break;
+        case 2: up = first; break;
         case 3: up = !prev_cased; break;
         default: up = word_start; break;
         }
-        if (up && is_lower) ch = (unsigned char)(ch - 32);
-        else if (!up && is_upper) ch = (unsigned char)(ch + 32);
-        d[i] = (char)ch;
-        bool cont = (ch & 0xC0) == 0x80;
-        if (!cont) {
-            prev_cased = is_lower || is_upper || ch >= 0xC0;
-            word_start = ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\f' || ch == '\v' || ch == '-' ||
-                         ch == '(' || ch == '{' || ch == '[' || ch == '<';
-        } else {
-            word_start = false;
-        }
+        uint32_t m = up ? cp_upper(cp) : cp_lower(cp);
+        if (up && cp == 0xDF) jbuf_add(&b, mode == 1 ? "SS" : "Ss", 2);
+        else if (m == cp) jbuf_add(&b, s.u.s + st, i - st);
+        else put_cp(&b, m);
+        first = false;
+        prev_cased = cp_cased(cp);
+        word_start = is_uspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
     }
-    return jv_str(d, s.len);
+    return jbuf_value(&b);
 }
 
 /* strip (mode bit 1: left, bit 2: right) whitespace or the code points of chars. */
@@ -1287,12 +1346,13 @@ bool jinja_apply_test(jctx *c, const jnode *at, int id, jv v, const jargs *a) {
         return need_int(c, at, "divisibleby", v) % d == 0;
     }
     case T_LOWER: case T_UPPER: {
-        jv s = jv_stringify(c, at, v);
+        jv str = jv_stringify(c, at, v);
         bool any = false;
-        for (size_t i = 0; i < s.len; i++) {
-            char ch = s.u.s[i];
-            if (id == T_LOWER ? (ch >= 'A' && ch <= 'Z') : (ch >= 'a' && ch <= 'z')) return false;
-            any |= (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        size_t i = 0;
+        while (i < str.len) {
+            uint32_t cp = utf8_next(str.u.s, str.len, &i);
+            if (id == T_LOWER ? cp_lower(cp) != cp : cp_upper(cp) != cp) return false;
+            any |= cp_cased(cp);
         }
         return any;
     }

@@ -237,6 +237,7 @@ static void lex_number(parser *p, size_t *i, bool after_dot) {
         }
     }
     if (bn >= sizeof buf - 1) fail_at(p, (uint32_t)start, "number literal too long");
+    if (bn == 0) fail_at(p, (uint32_t)start, "malformed number literal");
     buf[bn] = 0;
     push_tok(p, is_float ? T_FLOAT : T_INT, (uint32_t)start, s + start, k - start);
     tok *t = &p->toks[p->n_toks - 1];
@@ -608,6 +609,8 @@ static jnode *parse_postfix(parser *p, jnode *node) {
             }
         } else if (at_op(p, "(")) {
             jnode *call = new_node(p, JN_CALL, cur(p)->off);
+            call->line = node->line; /* a call is reported where its callee starts */
+            call->col = node->col;
             call->a = node;
             parse_call_args(p, call);
             node = call;
@@ -1227,6 +1230,23 @@ kiln_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
     *out = NULL;
     if (!name) name = "template";
     if (len > UINT32_MAX / 2) return kiln_fail(KILN_ERR_INVALID_ARG, "chat template %s: too large (%zu bytes)", name, len);
+    /* the source must be UTF-8 (jinja2 reads text) */
+    for (size_t i = 0; i < len;) {
+        unsigned char c0 = (unsigned char)src[i];
+        size_t n = c0 < 0x80 ? 1 : (c0 >= 0xC2 && c0 <= 0xDF) ? 2 : (c0 >= 0xE0 && c0 <= 0xEF) ? 3 : (c0 >= 0xF0 && c0 <= 0xF4) ? 4 : 0;
+        bool ok = n && i + n <= len;
+        for (size_t k = 1; ok && k < n; k++) ok = ((unsigned char)src[i + k] & 0xC0) == 0x80;
+        if (ok && n == 3) {
+            unsigned char c1 = (unsigned char)src[i + 1];
+            ok = !(c0 == 0xE0 && c1 < 0xA0) && !(c0 == 0xED && c1 >= 0xA0);
+        }
+        if (ok && n == 4) {
+            unsigned char c1 = (unsigned char)src[i + 1];
+            ok = !(c0 == 0xF0 && c1 < 0x90) && !(c0 == 0xF4 && c1 >= 0x90);
+        }
+        if (!ok) return kiln_fail(KILN_ERR_INVALID_ARG, "chat template %s: not valid UTF-8 at byte %zu", name, i);
+        i += n;
+    }
     jinja_template *t = kiln_calloc(1, sizeof *t);
     if (!t) return kiln_fail(KILN_ERR_NOMEM, "chat template %s: out of memory", name);
     t->arena.limit = JINJA_PARSE_ARENA_LIMIT;
