@@ -69,6 +69,54 @@ static bool try_add_bigram(spm_ctx *c, int32_t left, int32_t right) {
     return heap_push(&c->heap, (spm_bigram){tok_score(c->t, id), left, right, size});
 }
 
+/* Segments buf[start, end) (symbol arrays sized for it) and pushes the ids. */
+static bool spm_segment(spm_ctx *c, size_t start, size_t end, tok_out *out) {
+    const kiln_tokenizer *t = c->t;
+    const char *buf = c->buf;
+    spm_sym *sym = c->sym;
+    int32_t n_sym = 0;
+    for (size_t off = start; off < end;) {
+        size_t l = tok_utf8_len((uint8_t)buf[off]);
+        if (l > end - off) l = end - off;
+        sym[n_sym] = (spm_sym){n_sym - 1, off + l == end ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)l};
+        n_sym++;
+        off += l;
+    }
+    c->heap.n = 0;
+    for (int32_t i = 1; i < n_sym; i++)
+        if (!try_add_bigram(c, i - 1, i)) return false;
+    while (c->heap.n) {
+        spm_bigram b = heap_pop(&c->heap);
+        spm_sym *l = &sym[b.left], *r = &sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = b.left;
+        if (!try_add_bigram(c, l->prev, b.left) || !try_add_bigram(c, b.left, l->next)) return false;
+    }
+    for (int32_t i = n_sym ? 0 : -1; i != -1; i = sym[i].next) {
+        const spm_sym *s = &sym[i];
+        int32_t id = tok_lookup_plain_h(t, buf + s->start, s->n, tok_hash(buf + s->start, s->n));
+        if (id >= 0) {
+            tok_out_push(out, id);
+            continue;
+        }
+        bool all_bytes = true;
+        for (uint32_t k = 0; k < s->n; k++) all_bytes &= t->byte_token[(uint8_t)buf[s->start + k]] >= 0;
+        if (all_bytes) {
+            for (uint32_t k = 0; k < s->n; k++) tok_out_push(out, t->byte_token[(uint8_t)buf[s->start + k]]);
+        } else if (t->unk >= 0) {
+            tok_out_push(out, t->unk);   /* no byte fallback in this vocabulary: one UNK per symbol */
+        }
+    }
+    return true;
+}
+
+static inline bool is_escaped_space(const char *p) {
+    return (uint8_t)p[0] == 0xE2 && (uint8_t)p[1] == 0x96 && (uint8_t)p[2] == 0x81;
+}
+
 kiln_status tok_spm_encode(const kiln_tokenizer *t, const char *text, size_t len, bool add_prefix, tok_out *out) {
     /* escape: optional dummy prefix, ' ' -> U+2581 (3 bytes) */
     size_t n_spaces = 0;
@@ -89,42 +137,26 @@ kiln_status tok_spm_encode(const kiln_tokenizer *t, const char *text, size_t len
         if (text[i] == ' ') buf[o++] = (char)0xE2, buf[o++] = (char)0x96, buf[o++] = (char)0x81;
         else buf[o++] = text[i];
     }
-
-    int32_t n_sym = 0;
-    for (size_t off = 0; off < blen;) {
+    if (!t->spm_word_split) {
+        if (!spm_segment(&c, 0, blen, out)) goto nomem;
+        goto done;
+    }
+    /* No token has U+2581 after another character, so no merge crosses a point where U+2581 follows a
+     * non-U+2581 character: the pieces between such points are segmented alone (same result, small heaps). */
+    size_t start = 0;
+    bool prev_space = false;
+    for (size_t off = 0; off < blen;) {   /* walk the same characters spm_segment will make symbols of */
         size_t l = tok_utf8_len((uint8_t)buf[off]);
         if (l > blen - off) l = blen - off;
-        sym[n_sym] = (spm_sym){n_sym - 1, off + l == blen ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)l};
-        n_sym++;
+        bool space = l == 3 && is_escaped_space(buf + off);
+        if (space && off > start && !prev_space) {
+            if (!spm_segment(&c, start, off, out)) goto nomem;
+            start = off;
+        }
+        prev_space = space;
         off += l;
     }
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!try_add_bigram(&c, i - 1, i)) goto nomem;
-    while (c.heap.n) {
-        spm_bigram b = heap_pop(&c.heap);
-        spm_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = b.left;
-        if (!try_add_bigram(&c, l->prev, b.left) || !try_add_bigram(&c, b.left, l->next)) goto nomem;
-    }
-    for (int32_t i = n_sym ? 0 : -1; i != -1; i = sym[i].next) {
-        const spm_sym *s = &sym[i];
-        int32_t id = tok_lookup_plain_h(t, buf + s->start, s->n, tok_hash(buf + s->start, s->n));
-        if (id >= 0) {
-            tok_out_push(out, id);
-            continue;
-        }
-        bool all_bytes = true;
-        for (uint32_t k = 0; k < s->n; k++) all_bytes &= t->byte_token[(uint8_t)buf[s->start + k]] >= 0;
-        if (all_bytes) {
-            for (uint32_t k = 0; k < s->n; k++) tok_out_push(out, t->byte_token[(uint8_t)buf[s->start + k]]);
-        } else if (t->unk >= 0) {
-            tok_out_push(out, t->unk);   /* no byte fallback in this vocabulary: one UNK per symbol */
-        }
-    }
+    if (start < blen && !spm_segment(&c, start, blen, out)) goto nomem;
     goto done;
 nomem:
     st = kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");

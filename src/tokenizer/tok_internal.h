@@ -62,6 +62,7 @@ struct kiln_tokenizer {
 
     int32_t bos, eos, unk, pad, eot, eom;
     bool add_bos, add_space_prefix, ignore_merges;
+    bool spm_word_split;     /* SPM: no token has U+2581 right after another character (see spm.c) */
     int32_t byte_token[256]; /* SPM byte fallback: <0xXX> (or the 1-byte token), -1 when absent */
 
     int32_t *special;        /* CONTROL/USER_DEFINED/UNKNOWN ids, longest text first */

@@ -373,6 +373,23 @@ static kiln_status load_specials(kiln_tokenizer *t, const gguf_file *f) {
         }
     }
 
+    /* SPM: can the text be segmented piece by piece between words? Only when no token has U+2581 right after
+     * a character other than U+2581 (true for Llama 2; false for TinyStories-656K's "word\u2581" pieces). */
+    if (t->kind == TOK_KIND_SPM) {
+        t->spm_word_split = true;
+        for (int i = 0; i < n && t->spm_word_split; i++) {
+            gguf_str s = tok_text(t, i);
+            for (size_t k = 1; k + 3 <= s.len; k++) {
+                const uint8_t *p = (const uint8_t *)s.ptr + k;
+                if (p[0] == 0xE2 && p[1] == 0x96 && p[2] == 0x81 &&
+                    !(k >= 3 && p[-3] == 0xE2 && p[-2] == 0x96 && p[-1] == 0x81)) {
+                    t->spm_word_split = false;
+                    break;
+                }
+            }
+        }
+    }
+
     /* SPM byte fallback */
     for (int b = 0; b < 256; b++) {
         char buf[8];
