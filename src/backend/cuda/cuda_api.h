@@ -65,8 +65,8 @@ kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out,
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16). */
 kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, float *y);
 /* Causal attention of n_tok queries at positions pos0.. over keys 0..pos0+t (K, V: n_keys x n_head_kv*hd),
- * q: n_tok x n_head*hd, out like q. split: true runs the decode path (split across blocks + combine;
- * n_tok must be 1), false the prefill path. */
+ * q: n_tok x n_head*hd, out like q. split: true runs the decode path (split across blocks, the last block
+ * combining; n_tok must be 1), false the prefill path. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
 

@@ -113,9 +113,9 @@ typedef struct cuda_state {
     int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad, n_split;
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
-    float *x, *qkv, *g, *u, *hvec, *part, *logits, *arg_val, *rope_freq;
+    float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
     int *arg_idx, *arg_out, *params, *ids;
-    unsigned *counter;
+    unsigned *counter, *att_counters;
     int max_mv_blocks;
 
     /* pinned host memory */
@@ -373,6 +373,8 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
     s->part = (float *)carve(base, off, (size_t)s->n_split * hp->n_head * (hp->head_dim + 2) * 4);
+    s->attn_f = (float *)carve(base, off, (size_t)s->Q * 4);
+    s->att_counters = (unsigned *)carve(base, off, (size_t)hp->n_head_kv * 4);
     s->logits = (float *)carve(base, off, (size_t)s->V * 4);
     s->arg_val = (float *)carve(base, off, (size_t)s->max_mv_blocks * 4);
     s->arg_idx = (int *)carve(base, off, (size_t)s->max_mv_blocks * 4);
@@ -456,14 +458,16 @@ static void launch_decode(cuda_state *s) {
         at.chunk = DEC_CHUNK;
         at.pos_dev = pos;
         at.part = s->part;
+        at.counters = s->att_counters;
+        at.out_f = s->attn_f;
         at.scale = 1.0f / sqrtf((float)hp->head_dim);
         ck_attention(at, s->n_split, 1, st);
 
         a = mv_base();
         a.w0 = L->wo;
         a.pair = MV_PAIR_ADJ;
-        a.in_mode = MV_IN_ATTN;
-        a.part = s->part, a.n_head = hp->n_head, a.head_dim = hp->head_dim, a.chunk = DEC_CHUNK, a.pos = pos;
+        a.in_mode = MV_IN_PLAIN;
+        a.x = s->attn_f;
         a.epi = MV_EPI_ADD;
         a.y = s->x;
         ck_matvec(a, mv_blocks(s, a), st);
@@ -940,8 +944,7 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
     const int Q = n_head * head_dim, KV = n_head_kv * head_dim, n_keys = pos0 + n_tok;
     uint16_t *kh = (uint16_t *)kiln_malloc((size_t)n_keys * KV * 2 * 2);
     uint16_t *oh = (uint16_t *)kiln_malloc((size_t)n_tok * Q * 2);
-    float *ident = (float *)kiln_calloc((size_t)Q * Q, 4);
-    if (st == KILN_OK && (!kh || !oh || !ident)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
+    if (st == KILN_OK && (!kh || !oh)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
     if (st == KILN_OK) {
         uint16_t *vh = kh + (size_t)n_keys * KV;
         for (size_t i = 0; i < (size_t)n_keys * KV; i++) kh[i] = kiln_f32_to_f16(k[i]), vh[i] = kiln_f32_to_f16(v[i]);
@@ -954,28 +957,15 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
         at.kv_dim = KV, at.n_head = n_head, at.n_head_kv = n_head_kv, at.head_dim = head_dim;
         at.scale = 1.0f / sqrtf((float)head_dim);
         if (split) {
-            /* decode: splits of DEC_CHUNK keys (one idle split beyond the last), then the combine of the
-             * output projection's prologue through an identity matrix */
+            /* decode: splits of DEC_CHUNK keys (and one idle split beyond the last), combined by the last */
             const int n_split = (n_keys + DEC_CHUNK - 1) / DEC_CHUNK + 1;
             int *dpos = (int *)tb_alloc(&b, 4, &pos0);
             float *part = (float *)tb_alloc(&b, (size_t)n_split * n_head * (head_dim + 2) * 4, NULL);
-            at.chunk = DEC_CHUNK, at.pos_dev = dpos, at.part = part;
-            ck_attention(at, n_split, 1, b.st);
-            for (int i = 0; i < Q; i++) ident[(size_t)i * Q + i] = 1.0f;
-            dev_weight dw;
-            st = tb_weight(&b, CK_F32, ident, Q, Q, &dw);
+            unsigned *cnt = (unsigned *)tb_alloc(&b, (size_t)n_head_kv * 4, NULL);
             float *dy = (float *)tb_alloc(&b, (size_t)Q * 4, NULL);
-            mv_args a = mv_base();
-            a.w0 = dw;
-            a.pair = MV_PAIR_ADJ;
-            a.in_mode = MV_IN_ATTN;
-            a.part = part, a.n_head = n_head, a.head_dim = head_dim, a.chunk = DEC_CHUNK, a.pos = dpos;
-            a.epi = MV_EPI_STORE;
-            a.y = dy;
-            if (st == KILN_OK) {
-                ck_matvec(a, 4, b.st);
-                st = tb_finish(&b, out, dy, (size_t)Q * 4);
-            }
+            at.chunk = DEC_CHUNK, at.pos_dev = dpos, at.part = part, at.counters = cnt, at.out_f = dy;
+            ck_attention(at, n_split, 1, b.st);
+            st = tb_finish(&b, out, dy, (size_t)Q * 4);
         } else {
             __half *dout = (__half *)tb_alloc(&b, (size_t)n_tok * Q * 2, NULL);
             at.chunk = n_keys, at.pos0 = pos0, at.out = dout, at.out_stride = Q;
@@ -987,7 +977,6 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
     }
     kiln_free(kh);
     kiln_free(oh);
-    kiln_free(ident);
     tb_free(&b);
     return st;
 }

@@ -1,10 +1,10 @@
 /*
  * cuda_kernels.cu — every kernel of the CUDA backend and its host launcher:
  *   dequant16<T>   16 values of a weight row, for every device weight type (see cuda_kernels.cuh)
- *   k_matvec<T>    decode matrix x vector; its prologue builds the input (copy, fused RMSNorm, or the
- *                  combine of split attention), its epilogue stores / adds to the residual / applies RoPE
+ *   k_matvec<T>    decode matrix x vector; its prologue builds the input (copy or fused RMSNorm), its epilogue stores / adds to the residual / applies RoPE
  *                  and appends K,V to the cache / applies SwiGLU / writes logits and the argmax
- *   k_attention    attention over the F16 KV cache, split across blocks (decode) or whole (prefill)
+ *   k_attention    attention over the F16 KV cache, split across blocks with the last block of each KV
+ *                  head combining the splits (decode), or whole (prefill)
  *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
  *   k_embed<T>, k_rmsnorm_rows, k_rope_store, k_swiglu_*, k_repack   the small pieces
  */
@@ -212,29 +212,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     }
     pdl_wait_then_trigger();
 
-    /* prologue: the input vector in shared memory, transposed so that lane u of a warp reading value i of
-     * its unit (16 values) hits bank (i * NU + u) % 32: xs[(k % 16) * NU + k / 16] holds x[k] */
+    /* prologue: the input vector (RMSNorm'ed or not) in shared memory, transposed so that lane u of a warp
+     * reading value i of its unit (16 values) hits bank (i * NU + u) % 32: xs[(k % 16) * NU + k / 16] = x[k] */
 #define XS(k) xs[((k) & 15) * NU + ((k) >> 4)]
-    if (a.in_mode == MV_IN_ATTN) {
-        const int hd = a.head_dim, stride = hd + 2;
-        const int n_keys = *a.pos + 1, ns = (n_keys + a.chunk - 1) / a.chunk;
-        for (int i = tid; i < in; i += MV_THREADS) {
-            const int h = i / hd, d = i - h * hd;
-            float M = -INFINITY;
-            for (int s = 0; s < ns; s++) M = fmaxf(M, a.part[((long long)s * a.n_head + h) * stride + hd]);
-            float L = 0.0f, acc = 0.0f;
-            for (int s = 0; s < ns; s++) {
-                const float *p = a.part + ((long long)s * a.n_head + h) * stride;
-                const float e = __expf(p[hd] - M);
-                L += p[hd + 1] * e;
-                acc += p[d] * e;
-            }
-            XS(i) = acc / L;
-        }
-    } else if (a.in_mode == MV_IN_NORM) {
+    if (a.in_mode == MV_IN_NORM) {
         float ss = 0.0f;
+#pragma unroll 4
         for (int i = tid; i < in; i += MV_THREADS) {
-            const float v = a.x[i], w = a.norm_w[i];
+            const float v = __ldg(a.x + i), w = __ldg(a.norm_w + i);
             XS(i) = v * w;
             ss += v * v;
         }
@@ -242,7 +227,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
         const float scale = 1.0f / sqrtf(tot / (float)in + a.eps);
         for (int i = tid; i < in; i += MV_THREADS) XS(i) *= scale;
     } else {
-        for (int i = tid; i < in; i += MV_THREADS) XS(i) = a.x[i];
+#pragma unroll 4
+        for (int i = tid; i < in; i += MV_THREADS) XS(i) = __ldg(a.x + i);
     }
     for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
 #undef XS
@@ -260,7 +246,11 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     for (int p = blockIdx.x * MV_WARPS + warp; p < n_pairs; p += gridDim.x * MV_WARPS) {
         const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
         const bool has1 = r1 < out;
-        float acc0 = 0.0f, acc1 = 0.0f;
+        float acc0 = 0.0f, acc1 = 0.0f, y0 = 0.0f, y1 = 0.0f;
+        if (a.epi == MV_EPI_ADD && lane == 0) { /* the residual rows, fetched while the weights stream */
+            y0 = a.y[r0];
+            if (has1) y1 = a.y[r1];
+        }
 #pragma unroll 2
         for (int u = lane; u < n_units; u += 32) {
             const float *xp = xs + u; /* value i of this unit at xp[i * NU] */
@@ -293,8 +283,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
             if (has1) a.y[r1] = acc1;
             break;
         case MV_EPI_ADD:
-            a.y[r0] += acc0;
-            if (has1) a.y[r1] += acc1;
+            a.y[r0] = y0 + acc0;
+            if (has1) a.y[r1] = y1 + acc1;
             break;
         case MV_EPI_SWIGLU:
             a.y[p] = acc0 / (1.0f + expf(-acc0)) * acc1;
@@ -377,16 +367,19 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
 __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
     __shared__ float qs[ATT_MAX_G * 256];
     __shared__ float ps[ATT_MAX_G][ATT_THREADS];
+    __shared__ __align__(16) __half vs[ATT_THREADS * 256]; /* the V rows of the current 64 keys */
     __shared__ float m_sh[ATT_MAX_G], l_sh[ATT_MAX_G], alpha_sh[ATT_MAX_G];
+    __shared__ int is_last;
     const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
     pdl_wait_then_trigger();
     const int pos0 = a.pos_dev ? *a.pos_dev : a.pos0;
     const int n_keys = pos0 + t + 1;
+    const int n_active = (n_keys + a.chunk - 1) / a.chunk;
     const int k_begin = split * a.chunk;
     const int k_end = min(n_keys, k_begin + a.chunk);
-    if (k_begin >= k_end) return; /* an idle split: the combine reads only the active ones */
+    if (k_begin >= k_end) return; /* an idle split */
 
     for (int i = tid; i < G * hd; i += ATT_THREADS) {
         const int g = i / hd, d = i - g * hd;
@@ -402,18 +395,20 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
 
     for (int kb = k_begin; kb < k_end; kb += ATT_THREADS) {
         const int j = kb + tid;
-        if (j < k_end) {
-            const __half *kr = a.k_cache + (long long)j * a.kv_dim + kvh * hd;
-            float sc[ATT_MAX_G];
+        float sc[ATT_MAX_G];
 #pragma unroll
-            for (int g = 0; g < ATT_MAX_G; g++) sc[g] = 0.0f;
+        for (int g = 0; g < ATT_MAX_G; g++) sc[g] = 0.0f;
+        if (j < k_end) {
+            /* this thread's key: its K row for the scores and its V row into shared memory, 64 dims at a
+             * time with every load of a chunk in flight together */
+            const __half *kr = a.k_cache + (long long)j * a.kv_dim + kvh * hd;
+            const __half *vr = a.v_cache + (long long)j * a.kv_dim + kvh * hd;
             if ((hd & 7) == 0) {
-                /* 64 dims at a time: eight 16-byte loads in flight, then the dot products */
                 for (int d0 = 0; d0 < hd; d0 += 64) {
-                    uint4 kv[8];
+                    uint4 kv[8], vv[8];
 #pragma unroll
                     for (int c = 0; c < 8; c++)
-                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c);
+                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c), vv[c] = *(const uint4 *)(vr + d0 + 8 * c);
 #pragma unroll
                     for (int c = 0; c < 8; c++) {
                         if (d0 + 8 * c >= hd) break;
@@ -426,6 +421,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
                             for (int g = 0; g < ATT_MAX_G; g++)
                                 if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
                         }
+                        *(uint4 *)&vs[tid * hd + d0 + 8 * c] = vv[c];
                     }
                 }
             } else {
@@ -434,6 +430,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
 #pragma unroll
                     for (int g = 0; g < ATT_MAX_G; g++)
                         if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                    *(__half2 *)&vs[tid * hd + d] = *(const __half2 *)(vr + d);
                 }
             }
 #pragma unroll
@@ -467,14 +464,13 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
             if (g < G)
 #pragma unroll
                 for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] *= alpha_sh[g];
-#pragma unroll 8
+#pragma unroll 4
         for (int jj = 0; jj < nk; jj++) {
-            const __half *vr = a.v_cache + (long long)(kb + jj) * a.kv_dim + kvh * hd;
 #pragma unroll
             for (int c = 0; c < ATT_MAX_D; c++) {
                 const int d = tid + ATT_THREADS * c;
                 if (d < hd) {
-                    const float vv = __half2float(vr[d]);
+                    const float vv = __half2float(vs[jj * hd + d]);
 #pragma unroll
                     for (int g = 0; g < ATT_MAX_G; g++)
                         if (g < G) acc[g][c] += ps[g][jj] * vv;
@@ -484,27 +480,78 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
         __syncthreads();
     }
 
+    if (a.out || n_active == 1) {
+        /* the only split (or prefill): normalise and write */
 #pragma unroll
-    for (int g = 0; g < ATT_MAX_G; g++) {
-        if (g >= G) break;
-        const int h = kvh * G + g;
-        if (a.out) {
+        for (int g = 0; g < ATT_MAX_G; g++) {
+            if (g >= G) break;
+            const int h = kvh * G + g;
             const float inv = 1.0f / l_sh[g];
 #pragma unroll
             for (int c = 0; c < ATT_MAX_D; c++) {
                 const int d = tid + ATT_THREADS * c;
-                if (d < hd) a.out[(long long)t * a.out_stride + h * hd + d] = __float2half(acc[g][c] * inv);
+                if (d >= hd) continue;
+                if (a.out) a.out[(long long)t * a.out_stride + h * hd + d] = __float2half(acc[g][c] * inv);
+                else a.out_f[h * hd + d] = acc[g][c] * inv;
             }
-        } else {
-            float *p = a.part + ((long long)split * a.n_head + h) * (hd + 2);
+        }
+        return;
+    }
+
+    /* several splits: write this one's partial; the last block of this KV head to finish combines them */
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        if (g >= G) break;
+        float *p = a.part + ((long long)split * a.n_head + kvh * G + g) * (hd + 2);
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) {
+            const int d = tid + ATT_THREADS * c;
+            if (d < hd) p[d] = acc[g][c];
+        }
+        if (tid == 0) p[hd] = m_sh[g], p[hd + 1] = l_sh[g];
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) is_last = atomicAdd(&a.counters[kvh], 1u) == (unsigned)n_active - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    float Mx[ATT_MAX_G], Lx[ATT_MAX_G];
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        Mx[g] = -INFINITY, Lx[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
+    }
+#pragma unroll 2
+    for (int sp = 0; sp < n_active; sp++) {
+#pragma unroll
+        for (int g = 0; g < ATT_MAX_G; g++) {
+            if (g >= G) break;
+            const float *p = a.part + ((long long)sp * a.n_head + kvh * G + g) * (hd + 2);
+            const float ms = __ldcg(p + hd), ls = __ldcg(p + hd + 1);
+            const float mn = fmaxf(Mx[g], ms);
+            const float f_old = __expf(Mx[g] - mn), f_new = __expf(ms - mn);
+            Lx[g] = Lx[g] * f_old + ls * f_new;
 #pragma unroll
             for (int c = 0; c < ATT_MAX_D; c++) {
                 const int d = tid + ATT_THREADS * c;
-                if (d < hd) p[d] = acc[g][c];
+                if (d < hd) acc[g][c] = acc[g][c] * f_old + __ldcg(p + d) * f_new;
             }
-            if (tid == 0) p[hd] = m_sh[g], p[hd + 1] = l_sh[g];
+            Mx[g] = mn;
         }
     }
+#pragma unroll
+    for (int g = 0; g < ATT_MAX_G; g++) {
+        if (g >= G) break;
+        const float inv = 1.0f / Lx[g];
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) {
+            const int d = tid + ATT_THREADS * c;
+            if (d < hd) a.out_f[(kvh * G + g) * hd + d] = acc[g][c] * inv;
+        }
+    }
+    if (tid == 0) a.counters[kvh] = 0;
 }
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */

@@ -38,7 +38,7 @@ struct dev_weight {
 
 /* Matrix x vector, decode path. How the block builds its input (in_mode), which rows a warp computes
  * (pair), and what it does with the two dot products (epi). */
-enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1, MV_IN_ATTN = 2 };
+enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1 };
 enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
 enum { MV_EPI_STORE = 0, MV_EPI_ADD = 1, MV_EPI_QKV = 2, MV_EPI_SWIGLU = 3, MV_EPI_LOGITS = 4 };
 
@@ -48,9 +48,8 @@ struct mv_args {
     const float *x;             /* input vector (PLAIN, NORM) */
     const float *norm_w;        /* NORM: RMSNorm weight */
     float eps;
-    const float *part;          /* ATTN: attention partials (split, head, hd + 2) */
-    int n_head, head_dim, chunk;
-    const int *pos;             /* device: position of the token (QKV, ATTN) */
+    int head_dim;
+    const int *pos;             /* device: position of the token (QKV) */
     float *y;                   /* STORE / ADD / SWIGLU output */
     /* QKV: rows [0, nq) are q, [nq, nq+nk) k, the rest v; row_offset places w0's rows in that range */
     int row_offset, nq, nk, n_rot, kv_dim;
@@ -64,9 +63,10 @@ struct mv_args {
     int *arg_out;
 };
 
-/* Attention over the cache for tokens t in [0, n_tok) at positions pos0 + t. With n_split > 1 (decode)
- * block (s, kvh, t) covers keys [s*chunk, (s+1)*chunk) and writes partials; with one split it covers
- * all keys and writes the normalised output as half. */
+/* Attention over the cache for tokens t in [0, n_tok) at positions pos0 + t. Decode (out == NULL): block
+ * (s, kvh) covers keys [s*chunk, (s+1)*chunk); with one active split it writes the normalised output to
+ * out_f, else a partial, and the last block of the KV head to finish combines the partials into out_f.
+ * Prefill (out != NULL, one split): all keys, the normalised output as half. */
 struct attn_args {
     const float *q;             /* (n_tok, q_stride) */
     int q_stride;
@@ -74,8 +74,10 @@ struct attn_args {
     int kv_dim, n_head, n_head_kv, head_dim, chunk;
     const int *pos_dev;         /* when non-NULL, pos0 is read here */
     int pos0;
-    float *part;                /* split mode: (split, head, hd + 2) */
-    __half *out;                /* final mode: (n_tok, out_stride) */
+    float *part;                /* decode: (split, head, hd + 2) */
+    unsigned *counters;         /* decode: one per KV head, zero between launches */
+    float *out_f;               /* decode: (n_head * hd) */
+    __half *out;                /* prefill: (n_tok, out_stride) */
     int out_stride;
     float scale;
 };
