@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
             files[n_files++] = paths[i];
         }
     }
-    printf("| vocabulary | tokens | pre | gguf_open ms | tokenizer load ms, wall (cpu) | encode MB/s, wall (cpu) | "
+    printf("| vocabulary | tokens | pre | first gguf_open ms | tokenizer load ms, wall (cpu) | encode MB/s, wall (cpu) | "
            "tokens out | bytes/token |\n");
     printf("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
     int status = 0;
