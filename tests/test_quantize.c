@@ -313,6 +313,36 @@ TEST(quantize_refuses_to_overwrite_input) {
     free(after); free(bytes); free(in); free(link_path); free(bad);
 }
 
+TEST(quantize_rejects_non_finite_input) {
+    /* the F32 TinyStories file with one weight set to NaN: the run fails naming the tensor and the row, and
+     * leaves neither OUT nor OUT.tmp behind */
+    size_t len;
+    char *bytes = test_read_file(test_shared(TS_DIR "TinyStories-656K-F32.gguf"), &len);
+    REQUIRE(bytes);
+    gguf_file *f = NULL;
+    REQUIRE_OK(gguf_open_memory(bytes, len, "ts", &f));
+    const gguf_tensor *t = gguf_find_tensor(f, "blk.1.ffn_up.weight");
+    REQUIRE(t && t->type == KILN_TYPE_F32);
+    const size_t off = (size_t)((const uint8_t *)t->data - (const uint8_t *)bytes) + sizeof(float) * (5 * 128 + 7);
+    gguf_close(f);
+    const float nan_value = NAN;
+    memcpy(bytes + off, &nan_value, sizeof nan_value);
+    char *in = path_in(test_tmpdir(), "nan.gguf"), *out = path_in(test_tmpdir(), "nan-q4_0.gguf");
+    FILE *fp = fopen(in, "wb");
+    REQUIRE(fp && fwrite(bytes, 1, len, fp) == len);
+    fclose(fp);
+    kiln_status st = run_quantize(in, out, "Q4_0", 2, NULL);
+    CHECK_EQ_INT(st, KILN_ERR_FORMAT);
+    const char *msg = kiln_last_error();
+    CHECKF(strstr(msg, "blk.1.ffn_up.weight") && strstr(msg, "row 5 column 7") && strstr(msg, "not a finite"), "message: %s", msg);
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0);
+    char *tmp = malloc(strlen(out) + 5);
+    sprintf(tmp, "%s.tmp", out);
+    CHECK(stat(tmp, &sb) != 0);
+    free(tmp); free(in); free(out); free(bytes);
+}
+
 TEST(quantize_cli) {
     char cmd[4096], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s quantize --help", test_kiln_bin());

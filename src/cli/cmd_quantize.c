@@ -22,7 +22,7 @@ static const char usage[] =
     "\n"
     "  TYPE          F32 F16 BF16 Q8_0 Q5_1 Q5_0 Q4_1 Q4_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_L\n"
     "                Q3_K_M Q3_K_S Q2_K (Q4_K = Q4_K_M, Q5_K = Q5_K_M, Q3_K = Q3_K_M; any case)\n"
-    "  --threads N   conversion threads (default: KILN_THREADS or all CPUs)\n"
+    "  --threads N   conversion threads, 1..64 (default: KILN_THREADS or all CPUs)\n"
     "  --quiet       no per-tensor progress or summary\n";
 
 /* The temporary file of the run in progress, removed when the run is interrupted. */
@@ -44,7 +44,7 @@ int cmd_quantize(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(usage, stdout); return 0; }
         if (!strcmp(argv[i], "--quiet")) { quiet = true; continue; }
         if (cli_opt(argc, argv, &i, "--threads", &val, &err)) {
-            if (err || !cli_parse_int(cmd, "--threads", val, 1, 1024, &threads)) return 2;
+            if (err || !cli_parse_int(cmd, "--threads", val, 1, 64, &threads)) return 2;
             continue;
         }
         if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error(cmd, usage, "unknown option '%s'", argv[i]);
@@ -54,10 +54,10 @@ int cmd_quantize(int argc, char **argv) {
     if (n_pos < 3) return cli_usage_error(cmd, usage, "expected IN.gguf OUT.gguf TYPE");
     const kiln_quant_target *target = kiln_quant_find_target(pos[2]);
     if (!target) return cli_usage_error(cmd, usage, "TYPE: unknown type '%s'", pos[2]);
-    if (!threads) threads = kiln_env_threads();
+    if (!threads) threads = kiln_env_threads() > 64 ? 64 : kiln_env_threads();
     if (!threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (n > 1024 ? 1024 : n) : 1;
+        threads = n > 0 ? (n > 64 ? 64 : n) : 1;
     }
     if (strlen(pos[1]) + 5 > sizeof interrupted_tmp) return cli_usage_error(cmd, usage, "OUT: path too long");
     snprintf(interrupted_tmp, sizeof interrupted_tmp, "%s.tmp", pos[1]);

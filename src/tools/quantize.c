@@ -4,6 +4,7 @@
  */
 #include "tools/quantize.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -200,7 +201,11 @@ typedef struct convert_job {
     uint8_t *dst;
     float *row_bufs;        /* one row of floats per thread */
     uint64_t max_row;
+    int64_t bad_row[64];    /* per thread: first row holding a NaN or Inf (-1: none) */
+    int64_t bad_col[64];
 } convert_job;
+
+#define MAX_CONVERT_THREADS 64
 
 static void convert_rows(void *ctx, int ith, int nth) {
     convert_job *j = ctx;
@@ -216,6 +221,12 @@ static void convert_rows(void *ctx, int ith, int nth) {
             j->in->to_float(src, buf, (int64_t)p->row_len);
             x = buf;
         }
+        for (uint64_t c = 0; c < p->row_len; c++)
+            if (!isfinite(x[c])) {
+                j->bad_row[ith] = r;
+                j->bad_col[ith] = (int64_t)c;
+                return;
+            }
         j->quantize(x, j->dst + (size_t)r * out_row, (int64_t)p->row_len);
     }
 }
@@ -244,9 +255,15 @@ static kiln_status produce_tensor(void *ctx, size_t i, void *dst, uint64_t nbyte
     if (!p->convert) {
         memcpy(dst, p->src->data, (size_t)nbytes);
     } else {
-        convert_job j = {p, kiln_type_get(p->src->type), kiln_from_float_fast(p->out_type), dst, rs->row_bufs, rs->max_row};
+        convert_job j = {p, kiln_type_get(p->src->type), kiln_from_float_fast(p->out_type), dst, rs->row_bufs, rs->max_row,
+                         {0}, {0}};
+        for (int t = 0; t < MAX_CONVERT_THREADS; t++) j.bad_row[t] = -1;
         kiln_pool_run(rs->pool, convert_rows, &j);
         rs->rep->convert_seconds += (double)(kiln_now_ns() - t0) * 1e-9;
+        for (int t = 0; t < MAX_CONVERT_THREADS; t++)
+            if (j.bad_row[t] >= 0)
+                return kiln_fail(KILN_ERR_FORMAT, "input %s: row %lld column %lld is not a finite number (NaN or Inf)",
+                                 rs->o->in_path, (long long)j.bad_row[t], (long long)j.bad_col[t]);
     }
     if (rs->o->progress) {
         char shape[96];
@@ -381,6 +398,8 @@ static void print_summary(FILE *f, const kiln_quantize_options *o, const kiln_qu
 
 kiln_status kiln_quantize_file(const kiln_quantize_options *o, kiln_quantize_report *report) {
     KILN_ASSERT(o && o->in_path && o->out_path && o->target && o->n_threads >= 1);
+    if (o->n_threads > MAX_CONVERT_THREADS)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "quantize: %d threads; at most %d", o->n_threads, MAX_CONVERT_THREADS);
     kiln_quantize_report local;
     kiln_quantize_report *rep = report ? report : &local;
     memset(rep, 0, sizeof *rep);
