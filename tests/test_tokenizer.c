@@ -623,9 +623,13 @@ TEST(tok_cli_tokenize_pieces_and_bos) {
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p 'Hello world'", test_kiln_bin(),
              test_shared("models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf"));
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
-    /* BOS first (the vocabulary adds it; its id is tokenizer.ggml.bos_token_id = 1), then the vector's ids */
+    /* BOS first (the vocabulary adds it), then the vector's ids */
+    vocab v;
+    REQUIRE(vocab_open("models/llama.cpp-vocab/ggml-vocab-llama-spm.gguf", &v));
+    int32_t bos = kiln_tokenizer_bos(v.t);
+    vocab_close(&v);
     char l0[32], l1[32], l2[32];
-    snprintf(l0, sizeof l0, "%d\t", 1);
+    snprintf(l0, sizeof l0, "%d\t", (int)bos);
     snprintf(l1, sizeof l1, "\n%d\t", ids[0]);
     snprintf(l2, sizeof l2, "\n%d\t", ids[1]);
     CHECKF(out && !strncmp(out, l0, strlen(l0)) && strstr(out, l1) && strstr(out, l2), "got %s", out ? out : "(null)");
@@ -636,4 +640,47 @@ TEST(tok_cli_tokenize_pieces_and_bos) {
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
     CHECKF(out && !strncmp(out, want, strlen(want)), "got %s want %s", out ? out : "(null)", want);
     free(out);
+}
+
+/* ---------------------------------------------------------------- the public API over a model */
+
+/* kiln_tokenize on a model reproduces llama.cpp's prompt ids (add_special=true), and kiln_token_piece and the
+ * detokenizer give llama.cpp's pieces and text of the generated ids. */
+TEST(tok_public_api_matches_llama_cpp_run) {
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared("models/stories260K/stories260K.gguf"), &m));
+    json_error_t jerr;
+    json_t *root = json_load_file(
+        test_shared("models/stories260K/expected/llama.cpp/stories260K.greedy-Once_upon_a_time-100.json"), 0, &jerr);
+    REQUIREF(root, "json: %s", jerr.text);
+    const char *prompt = json_string_value(json_object_get(root, "prompt"));
+    json_t *want = json_object_get(root, "prompt_token_ids");
+    REQUIRE(prompt && want);
+    int32_t ids[64];
+    size_t n = 0;
+    CHECK_OK(kiln_tokenize(m, prompt, strlen(prompt), KILN_TOK_ADD_BOS, ids, 64, &n));
+    bool same = n == json_array_size(want);
+    for (size_t i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(want, i));
+    CHECKF(same, "prompt \"%s\": %zu ids, want %zu", prompt, n, json_array_size(want));
+    /* too small a buffer: the needed count comes back */
+    CHECK_EQ_INT(kiln_tokenize(m, prompt, strlen(prompt), KILN_TOK_ADD_BOS, ids, 1, &n), KILN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(n, json_array_size(want));
+
+    json_t *gen = json_object_get(root, "generated_token_ids"), *pieces = json_object_get(root, "generated_pieces");
+    for (size_t i = 0; i < json_array_size(gen); i++) {
+        char buf[64];
+        size_t len = 0;
+        CHECK_OK(kiln_token_piece(m, (int32_t)json_integer_value(json_array_get(gen, i)), buf, sizeof buf, &len));
+        const char *wp = json_string_value(json_array_get(pieces, i));
+        CHECKF(wp && len == strlen(wp) && !memcmp(buf, wp, len), "piece %zu: \"%.*s\" want \"%s\"", i, (int)len, buf,
+               wp ? wp : "");
+        if (test_failures()) break;
+    }
+    size_t len;
+    char small[1];
+    CHECK_EQ_INT(kiln_token_piece(m, 100000, small, 1, &len), KILN_ERR_INVALID_ARG);
+    CHECK(kiln_token_is_eog(m, kiln_tokenizer_eos(m->tok)));
+    CHECK(!kiln_token_is_eog(m, (int32_t)json_integer_value(json_array_get(gen, 0))));
+    json_decref(root);
+    kiln_model_close(m);
 }
