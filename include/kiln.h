@@ -121,6 +121,9 @@ kiln_status kiln_decode(kiln_session *s, int32_t id, const float **logits);
 /* Greedy decode: runs one token and returns the argmax of its logits (lowest id on ties) without
  * copying the logits (on a GPU only 4 bytes come back). */
 kiln_status kiln_decode_greedy(kiln_session *s, int32_t id, int32_t *next);
+/* Keeps the first n positions and forgets the rest (n <= kiln_session_n_past), e.g. to reuse the common
+ * prefix of a re-rendered chat prompt. */
+kiln_status kiln_session_rewind(kiln_session *s, int n);
 /* Forgets every position (the KV cache is reused, nothing is freed). */
 void kiln_session_reset(kiln_session *s);
 int kiln_session_n_past(const kiln_session *s);

@@ -30,11 +30,15 @@ static const char *usage_text =
     "      --rounds R          generate R times in one process and print the first-call penalty\n"
     "      --ignore-eos        do not stop at end-of-generation tokens\n"
     "      --no-warm           skip the warm pass of session open (to measure what it buys)\n"
+    "      --chat              treat the prompt as one user turn of a chat (the model's chat template)\n"
+    "      --system TEXT       with --chat: a system message\n"
+    "      --chat-template T   with --chat: a built-in template (chatml, llama2, llama3, ...) or a file\n"
     "      --json              print the text, every phase and the counters as one JSON object\n"
     "  -h, --help              this help\n";
 
 typedef struct run_opts {
-    const char *model, *prompt, *prompt_file, *device;
+    const char *model, *prompt, *prompt_file, *device, *system, *chat_template;
+    bool chat;
     long n_predict, ctx, threads, rounds;
     bool json, ignore_eos, no_warm, seed_given;
     kiln_sampler_params sp;
@@ -55,6 +59,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--no-warm")) o->no_warm = true;
+        else if (!strcmp(a, "--chat")) o->chat = true;
+        else if (cli_opt(argc, argv, &i, "--system", &v, &err)) { if (!err) o->system = v; }
+        else if (cli_opt(argc, argv, &i, "--chat-template", &v, &err)) { if (!err) o->chat_template = v; }
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) { if (!err) o->model = v; }
         else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) { if (!err) o->prompt = v; }
         else if (cli_opt(argc, argv, &i, "-f", &v, &err) || cli_opt(argc, argv, &i, "--file", &v, &err)) { if (!err) o->prompt_file = v; }
@@ -101,6 +108,8 @@ static int parse(int argc, char **argv, run_opts *o) {
     if (o->prompt && o->prompt_file) return cli_usage_error("run", usage_text, "give either -p or -f, not both");
     if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && strcmp(o->device, "auto"))
         return cli_usage_error("run", usage_text, "--device: expected cpu, cuda or auto, got '%s'", o->device);
+    if ((o->system || o->chat_template) && !o->chat)
+        return cli_usage_error("run", usage_text, "--system and --chat-template need --chat");
     if (!o->seed_given) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     return 0;
 }
@@ -120,6 +129,7 @@ int cmd_run(int argc, char **argv) {
     run_setup setup = {
         .model_path = o.model, .prompt = prompt, .prompt_len = prompt_len, .n_predict = (int)o.n_predict,
         .rounds = (int)o.rounds, .json = o.json, .ignore_eos = o.ignore_eos, .sampler = o.sp,
+        .chat = o.chat, .system = o.system, .chat_template = o.chat_template,
     };
     setup.sopt.n_ctx = (int)o.ctx;
     setup.sopt.n_threads = (int)o.threads;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/chat_prompt.h"
 #include "cli/cli.h"
 
 typedef struct round_result {
@@ -108,10 +109,16 @@ static void print_round(FILE *f, const round_result *r) {
                 r->n_decode / (r->decode_ns / 1e9));
 }
 
+/* stats: the first-call counters over the generation rounds (prefill + decode) only */
 static void print_json(const run_setup *s, kiln_session *sess, const kiln_model_info *mi, const kiln_phase *ph,
-                       size_t n_ph, uint64_t open_ns, const round_result *rs, int n_rounds) {
+                       size_t n_ph, uint64_t open_ns, const round_result *rs, int n_rounds, const kiln_stats *base) {
     kiln_stats st;
     kiln_session_stats(sess, &st);
+    st.host_allocs -= base->host_allocs;
+    st.device_allocs -= base->device_allocs;
+    st.module_loads -= base->module_loads;
+    st.graph_captures -= base->graph_captures;
+    st.jit_compiles -= base->jit_compiles;
     printf("{\"model\":");
     cli_json_str(stdout, s->model_path, strlen(s->model_path));
     printf(",\"arch\":\"%s\",\"backend\":\"%s\",\"n_ctx\":%d,\"seed\":%llu,\"load_duration\":%llu,\"open_phases\":{",
@@ -157,14 +164,30 @@ int run_generate(const run_setup *s) {
     kiln_model_info mi;
     kiln_model_get_info(m, &mi);
 
-    /* tokenize: an empty prompt starts from BOS */
-    size_t n_ids = 0, cap = s->prompt_len + 8;
-    ids = malloc(cap * sizeof *ids);
-    if (!ids) { cli_error("run", "out of memory"); goto done; }
-    int flags = KILN_TOK_ADD_BOS | (s->parse_special ? KILN_TOK_PARSE_SPECIAL : 0);
-    st = kiln_tokenize(m, s->prompt, s->prompt_len, flags, ids, cap, &n_ids);
-    if (st != KILN_OK) { cli_error("run", "tokenizing the prompt: %s", kiln_last_error()); goto done; }
-    const bool from_bos = s->prompt_len == 0;
+    /* tokenize: an empty prompt starts from BOS; a chat prompt is rendered with the template first */
+    size_t n_ids = 0;
+    const bool from_bos = s->prompt_len == 0 && !s->chat;
+    if (s->chat) {
+        chat_prompt cp;
+        if (!chat_prompt_open("run", m, s->chat_template, &cp)) goto done;
+        kiln_chat_message msgs[2];
+        size_t nm = 0, len;
+        if (s->system) msgs[nm++] = (kiln_chat_message){"system", s->system};
+        msgs[nm++] = (kiln_chat_message){"user", s->prompt};
+        char *text = NULL;
+        bool ok = chat_prompt_render("run", &cp, msgs, nm, &text, &len) &&
+                  chat_prompt_tokenize("run", m, &cp, text, len, &ids, &n_ids);
+        free(text);
+        chat_prompt_close(&cp);
+        if (!ok) goto done;
+    } else {
+        size_t cap = s->prompt_len + 8;
+        ids = malloc(cap * sizeof *ids);
+        if (!ids) { cli_error("run", "out of memory"); goto done; }
+        int flags = KILN_TOK_ADD_BOS | (s->parse_special ? KILN_TOK_PARSE_SPECIAL : 0);
+        st = kiln_tokenize(m, s->prompt, s->prompt_len, flags, ids, cap, &n_ids);
+        if (st != KILN_OK) { cli_error("run", "tokenizing the prompt: %s", kiln_last_error()); goto done; }
+    }
     if (n_ids == 0) {
         if (mi.bos_id < 0) { cli_error("run", "the prompt is empty and the model has no BOS token to start from"); goto done; }
         ids[0] = mi.bos_id;
@@ -181,14 +204,16 @@ int run_generate(const run_setup *s) {
 
     const kiln_phase *ph;
     size_t n_ph = kiln_session_open_phases(sess, &ph);
+    kiln_stats base;
+    kiln_session_stats(sess, &base);
     for (int round = 0; round < s->rounds; round++) {
-        if (!s->json && !s->quiet && round == 0 && !from_bos) { fwrite(s->prompt, 1, s->prompt_len, stdout); fflush(stdout); }
+        if (!s->json && !s->quiet && round == 0 && !from_bos && !s->chat) { fwrite(s->prompt, 1, s->prompt_len, stdout); fflush(stdout); }
         st = generate_round(s, m, sess, smp, ids, n_ids, from_bos, &rs[round]);
         if (st != KILN_OK) { cli_error("run", "round %d: %s", round + 1, kiln_last_error()); goto done; }
         if (!s->json && !s->quiet && round == 0) putchar('\n');
     }
     if (s->json) {
-        print_json(s, sess, &mi, ph, n_ph, open_ns, rs, s->rounds);
+        print_json(s, sess, &mi, ph, n_ph, open_ns, rs, s->rounds, &base);
     } else {
         FILE *f = stderr;
         print_open(f, ph, n_ph, open_ns);

@@ -11,7 +11,10 @@ typedef struct run_setup {
     const char *model_path;
     const char *prompt;        /* plain text, or an already rendered chat prompt when parse_special */
     size_t prompt_len;
-    bool parse_special;        /* tokenize special-token strings (chat prompts) */
+    bool parse_special;        /* tokenize special-token strings */
+    bool chat;                 /* prompt is one user turn: render it with the chat template */
+    const char *system;        /* chat: optional system message */
+    const char *chat_template; /* chat: a built-in name or a file overriding the model's template */
     int n_predict, rounds;
     bool json, ignore_eos, quiet;
     kiln_sampler_params sampler;

@@ -181,6 +181,13 @@ kiln_status kiln_decode_greedy(kiln_session *s, int32_t id, int32_t *next) {
     return KILN_OK;
 }
 
+kiln_status kiln_session_rewind(kiln_session *s, int n) {
+    if (!s || n < 0 || n > s->n_past)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_session_rewind: %d is outside 0..%d", n, s ? s->n_past : 0);
+    s->n_past = n; /* later positions are overwritten before attention reads them */
+    return KILN_OK;
+}
+
 void kiln_session_reset(kiln_session *s) {
     s->ops->reset(s->state);
     s->n_past = 0;
