@@ -53,6 +53,8 @@ static const char *const REQUIRED[] = {
 };
 
 #define MAX_TEMPLATES 256
+/* Regression floor: all 65 published templates render identically today; any loss fails the test. */
+#define MIN_IDENTICAL_PUBLISHED 65
 
 typedef struct tmpl_file {
     char path[1024];
@@ -306,6 +308,8 @@ TEST(chat_template_matches_jinja2) {
     printf("  chat templates identical to jinja2: %d/%d published, %d/%d all (%d conversations each; required %d/%d)\n",
            identical_published, n_published, identical, n_t, (int)n_conv, required_ok, required_n);
     CHECKF(required_n >= 16, "expected at least 16 required templates, found %d", required_n);
+    CHECKF(identical_published >= MIN_IDENTICAL_PUBLISHED, "only %d published templates identical (floor %d)", identical_published,
+           MIN_IDENTICAL_PUBLISHED);
     json_decref(res);
     json_decref(jobs);
     json_decref(convs);
