@@ -4,8 +4,8 @@
  * (pre-tokenizer regexes). Not part of any public interface.
  *
  * Lookup tables are built at open with a few big allocations: a token-text hash table (open addressing,
- * slots hold id+1 and a 32-bit hash tag) and, for BPE, a merge hash table keyed by the pair of piece
- * hashes. Token strings and merge strings stay views into the GGUF map.
+ * 4-byte slots holding id+1 and an 11-bit hash tag) and, for BPE, a merge hash table keyed by the whole
+ * "left right" merge string. Token strings and merge strings are read from the GGUF map (gguf_arr_str).
  */
 #ifndef KILN_TOK_INTERNAL_H
 #define KILN_TOK_INTERNAL_H
