@@ -164,7 +164,7 @@ int cmd_chat(int argc, char **argv) {
         /* the reply */
         kiln_detok d;
         kiln_detok_init(&d, m, false);
-        char buf[256], *reply = NULL;
+        char buf[1024], *reply = NULL; /* the longest piece is about 1 KiB */
         size_t reply_len = 0;
         bool full = false;
         for (long i = 0; n_predict < 0 || i < n_predict; i++) {

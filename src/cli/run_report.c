@@ -61,7 +61,7 @@ static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_sessio
     if (st != KILN_OK) return st;
     kiln_detok d;
     kiln_detok_init(&d, m, strip_space);
-    char buf[256];
+    char buf[1024]; /* the longest vocabulary piece is about 1 KiB */
     const bool greedy = s->sampler.temperature <= 0.0f && s->sampler.repeat_penalty == 1.0f;
     int32_t id = kiln_sample(smp, logits);
     for (int i = 0; i < s->n_predict; i++) {
