@@ -251,27 +251,32 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
             y0 = a.y[r0];
             if (has1) y1 = a.y[r1];
         }
-#pragma unroll 2
-        for (int u = lane; u < n_units; u += 32) {
-            const float *xp = xs + u; /* value i of this unit at xp[i * NU] */
-            float v[16], s, b;
-            dequant16<T>(a.w0, r0, 16 * u, v, s, b);
-            float dot = 0.0f, sx = 0.0f;
+        /* UN units per lane per step, every load unconditional (rows and units clamped to valid ones, their
+         * results dropped) so that all of a step's loads are in flight together */
+        constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16) ? 2 : 4;
+        const int r1c = has1 ? r1 : r0;
+        for (int u0 = lane; u0 < n_units; u0 += 32 * UN) {
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const float xv = xp[i * NU];
-                dot = fmaf(v[i], xv, dot);
-                if constexpr (T == CK_Q4_K) sx += xv;
-            }
-            acc0 += s * dot;
-            if constexpr (T == CK_Q4_K) acc0 += b * sx;
-            if (has1) {
-                dequant16<T>(w1, r1, 16 * u, v, s, b);
-                dot = 0.0f;
+            for (int k = 0; k < UN; k++) {
+                const int u = u0 + 32 * k;
+                const bool ok = u < n_units;
+                const int uc = ok ? u : u0;
+                const float *xp = xs + uc; /* value i of this unit at xp[i * NU] */
+                float v0[16], v1[16], s0, b0, s1, b1;
+                dequant16<T>(a.w0, r0, 16 * uc, v0, s0, b0);
+                dequant16<T>(w1, r1c, 16 * uc, v1, s1, b1);
+                float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 16; i++) dot = fmaf(v[i], xp[i * NU], dot);
-                acc1 += s * dot;
-                if constexpr (T == CK_Q4_K) acc1 += b * sx;
+                for (int i = 0; i < 16; i++) {
+                    const float xv = xp[i * NU];
+                    d0 = fmaf(v0[i], xv, d0);
+                    d1 = fmaf(v1[i], xv, d1);
+                    if constexpr (T == CK_Q4_K) sx += xv;
+                }
+                float c0 = s0 * d0, c1 = s1 * d1;
+                if constexpr (T == CK_Q4_K) c0 += b0 * sx, c1 += b1 * sx;
+                acc0 += ok ? c0 : 0.0f;
+                acc1 += ok ? c1 : 0.0f;
             }
         }
         acc0 = warp_sum(acc0);
