@@ -60,6 +60,15 @@ static const char *const SNIPPETS[] = {
     "{{ 'café'|length }}{{ 'ÀÉÎ'|lower }}{{ '  \\u3000x\\u00a0 '|trim }}|{{ 'a\\u2028b'.splitlines() }}",
     "{% if x is nosuchtest %}never{% endif %}ok",
     "{{ 'Grüße ÀÉÎ straße Σίσυφος ПРИВЕТ'|upper }}|{{ 'ÀÉÎ ΑΒΓ ДЖ'|lower }}|{{ 'élan vital über'|title }}|{{ 'élan vital-über'.title() }}|{{ 'ßa'|capitalize }}|{{ 'Ünï' is upper }}{{ 'ünï' is lower }}",
+    "a\n  {% raw %}\n  {{ x }}\n  {% endraw %}\nb",
+    "a {%- raw -%}  {{ x }}  {%- endraw -%}  b",
+    "x{% raw %}{% if %}{% endraw %}y{%raw%}{{}}{%endraw%}|{% raw %}\n  {%+ endraw %}\nq",
+    "{% with a = 1, b = 'x' %}{{ a }}{{ b }}{% set c = 3 %}{% endwith %}{{ a }}{{ c }}",
+    "{{ '%s-%d-%5.2f-%-4s|%x%%' % ('a', 3, 2.5, 'b', 255) }}|{{ '%s'|format('q') }}|{{ '%s and %s'|format(1, none) }}|{{ 'hi %s' % 'you' }}|{{ 'x'|center(6) }}|{{ 'xy'|center(7) }}|{{ '%r' % 'a' }}|{{ '%03d' % 7 }}|{{ '%+d' % 5 }}|{{ '%.3s' % 'abcdef' }}|{{ '%e' % 12345.678 }}|{{ '%g' % 0.0001 }}|{{ '%(a)s=%(b)05.1f' % {'a': 'k', 'b': 2.25} }}|{{ '%x' % -255 }}|{{ '%5s|' % 'é' }}|{{ '%(n)s'|format(n=3) }}|{{ '%d' % 3.9 }}|{{ '%s' % [1, 'a'] }}",
+    "{% set x = 1 %}{% for i in [1,2] %}{{ x }}{% set x = x + 10 %}{{ x }}{% endfor %}{{ x }}|{% set y = 1 %}{% macro m() %}{{ y }}{% endmacro %}{% set y = 2 %}{{ m() }}",
+    "{% for a in [1,2] %}{% set outer = loop %}{% for b in [3,4] %}{{ outer.index }}{{ loop.index }}{{ a }}{{ b }}{% endfor %}{% endfor %}{% if true %}{% set z = 3 %}{% endif %}{{ z }}",
+    "{{ none|string }}|{{ true ~ 1 }}|{{ 1.0 }}|{{ -0.0 }}|{{ 100000000000000000000.0 }}|{{ 1e16 }}|{{ 1e15 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 1.5e300 * 1e10 }}|{{ [1] == [1.0] }}|{{ 1 == true }}|{{ '1' == 1 }}|{{ {'a':1} == {'a':1} }}",
+    "{{ '\\n' }}|{{ '\\\\n' }}|{{ 'tab\\there' }}|{{ \"\\u00e9\\x41\\101\" }}|{{ 'a\\qb' }}|{{ 'a-b-c'.rsplit('-', 1) }}|{{ 'A B'.split(none, 1) }}|{{ 'xxhixx'.strip('x') }}",
 };
 
 static const char SNIPPET_VARS[] =
@@ -149,7 +158,8 @@ TEST(chat_template_constructs_match_jinja2) {
 /* Parse errors: the message names the construct and the line:column where it is. */
 TEST(chat_template_errors_name_construct_and_position) {
     static const struct { const char *src; const char *want1; const char *want2; } cases[] = {
-        {"{% raw %}x{% endraw %}", "unsupported tag '{% raw %}'", ":1:4:"},
+        {"{% do x %}", "unsupported tag '{% do %}'", ":1:4:"},
+        {"ab\n {% raw %}x{% endra %}", "missing '{% endraw %}'", ":2:2:"},
         {"line one\n  {% call foo() %}{% endcall %}", "'{% call %}'", ":2:6:"},
         {"{{ x | nosuchfilter }}", "unsupported filter 'nosuchfilter'", ":1:8:"},
         {"{% for x in y %}\n{% for z in x %}{{ z }}{% endfor %}", "missing '{% endfor %}'", "opened at 1:4"},

@@ -104,7 +104,7 @@ struct jv_dict { size_t n, cap; jv *keys; jv *vals; };
 typedef enum jnode_kind {
     /* statements */
     JN_BODY, JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK, JN_CONTINUE,
-    JN_FILTER_BLOCK, JN_GENERATION,
+    JN_FILTER_BLOCK, JN_GENERATION, JN_WITH,
     /* expressions */
     JN_CONST, JN_NAME, JN_GETATTR, JN_GETITEM, JN_SLICE, JN_CALL, JN_FILTER, JN_TEST, JN_BINOP,
     JN_COMPARE, JN_NOT, JN_NEG, JN_POS, JN_AND, JN_OR, JN_COND, JN_LIST, JN_TUPLE, JN_DICT,
@@ -138,7 +138,8 @@ struct jnode {
 };
 /* Field use per statement: IF a=cond b=then c=else (a BODY or an IF for elif); FOR a=target b=iter
  * c=filter d=body e=else; SET a=target b=value; SET_BLOCK a=target d=body e=filter chain (input NULL);
- * MACRO d=body; FILTER_BLOCK a=filter chain (innermost input NULL) d=body; GENERATION d=body.
+ * MACRO d=body; FILTER_BLOCK a=filter chain (innermost input NULL) d=body; GENERATION d=body;
+ * WITH names/kw_vals = the assignments, d=body.
  * Expressions: GETATTR a=obj; GETITEM a=obj b=key; SLICE a=obj b/c/d=start/stop/step (may be NULL);
  * CALL a=callee; FILTER/TEST a=input; BINOP/COMPARE/AND/OR a,b; NOT/NEG/POS a; COND a=then b=cond c=else. */
 
@@ -204,6 +205,9 @@ void jbuf_add(jbuf *b, const char *s, size_t n);
 void jbuf_addc(jbuf *b, char ch);
 void jbuf_addf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 jv jbuf_value(jbuf *b);
+
+/* Python's printf-style `fmt % args` (args: a tuple, a mapping for %(name)s, or one value). */
+jv jinja_percent_format(jctx *c, const jnode *at, jv fmt, jv args);
 
 /* HTML-escapes s (& < > " ') as markupsafe does; the result is marked safe. */
 jv jinja_html_escape(jctx *c, const jnode *at, jv s);

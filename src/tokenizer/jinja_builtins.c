@@ -868,6 +868,111 @@ static void format_value(jctx *c, const jnode *at, jbuf *b, jv v, const char *sp
     for (size_t k = 0; k < right; k++) jbuf_add(b, fill_s, fl);
 }
 
+/* Python's printf-style formatting: %[(name)][flags][width][.precision]conv with conv in
+ * s r a d i u f F e E g G x X o c %. */
+jv jinja_percent_format(jctx *c, const jnode *at, jv fmt, jv args) {
+    bool is_tuple = args.type == JV_LIST && (args.flags & JVF_TUPLE);
+    size_t n_args = is_tuple ? args.u.list->n : 1, used = 0;
+    jbuf b;
+    jbuf_init(&b, c, at);
+    size_t i = 0;
+    while (i < fmt.len) {
+        char ch = fmt.u.s[i++];
+        if (ch != '%') { jbuf_addc(&b, ch); continue; }
+        if (i >= fmt.len) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: incomplete format");
+        jv v;
+        bool have_v = false;
+        if (fmt.u.s[i] == '(') {
+            size_t e = i + 1;
+            while (e < fmt.len && fmt.u.s[e] != ')') e++;
+            if (e >= fmt.len) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: incomplete format key");
+            if (args.type != JV_DICT) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: format requires a mapping");
+            if (!jv_dict_get(args, jv_str(fmt.u.s + i + 1, e - i - 1), &v))
+                jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: missing key '%.*s'", (int)(e - i - 1), fmt.u.s + i + 1);
+            have_v = true;
+            i = e + 1;
+        }
+        char flags[8];
+        size_t nf = 0;
+        while (i < fmt.len && strchr("-+ #0", fmt.u.s[i]) && nf < sizeof flags - 1) flags[nf++] = fmt.u.s[i++];
+        flags[nf] = 0;
+        int width = 0, prec = -1;
+        while (i < fmt.len && fmt.u.s[i] >= '0' && fmt.u.s[i] <= '9' && width < 10000) width = width * 10 + (fmt.u.s[i++] - '0');
+        if (i < fmt.len && fmt.u.s[i] == '.') {
+            i++;
+            prec = 0;
+            while (i < fmt.len && fmt.u.s[i] >= '0' && fmt.u.s[i] <= '9' && prec < 1000) prec = prec * 10 + (fmt.u.s[i++] - '0');
+        }
+        if (i >= fmt.len) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: incomplete format");
+        char conv = fmt.u.s[i++];
+        if (conv == '%') { jbuf_addc(&b, '%'); continue; }
+        if (!strchr("sradiufFeEgGxXoc", conv)) jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "%% format: unsupported conversion '%c'", conv);
+        if (!have_v) {
+            if (used >= n_args || (!is_tuple && args.type == JV_DICT && false))
+                jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: not enough arguments for format string");
+            v = is_tuple ? args.u.list->items[used] : args;
+            used++;
+        }
+        char spec[48], tmp[512];
+        if (conv == 's' || conv == 'r' || conv == 'a' || conv == 'c') {
+            jbuf sb;
+            jbuf_init(&sb, c, at);
+            if (conv == 'c') {
+                if (v.type == JV_STRING && jinja_utf8_count(v.u.s, v.len) == 1) jbuf_add(&sb, v.u.s, v.len);
+                else jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "%% format: %%c needs a one-character string");
+            } else if (conv == 's') jv_to_str(&sb, v);
+            else jv_repr(&sb, v);
+            size_t len = sb.n;
+            if (prec >= 0) {
+                size_t k = 0, cps = 0;
+                while (k < sb.n && cps < (size_t)prec) { utf8_next(sb.p, sb.n, &k); cps++; }
+                len = k;
+            }
+            size_t cps = jinja_utf8_count(sb.p ? sb.p : "", len);
+            size_t pad = (size_t)width > cps ? (size_t)width - cps : 0;
+            bool left = strchr(flags, '-') != NULL;
+            if (!left) for (size_t k = 0; k < pad; k++) jbuf_addc(&b, ' ');
+            jbuf_add(&b, sb.p ? sb.p : "", len);
+            if (left) for (size_t k = 0; k < pad; k++) jbuf_addc(&b, ' ');
+            continue;
+        }
+        if (!is_number_value(v)) {
+            if (v.type == JV_UNDEFINED) fail_undefined(c, at, v);
+            jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: a number is required, not %s", jv_type_name(v));
+        }
+        double f = v.type == JV_FLOAT ? v.u.f : v.type == JV_INT ? (double)v.u.i : v.u.b;
+        if (strchr("diuxXo", conv)) {
+            long long iv;
+            if (v.type == JV_FLOAT) {
+                if (conv != 'd' && conv != 'i' && conv != 'u') jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: %%%c needs an integer", conv);
+                if (!isfinite(f) || fabs(f) >= 9.2e18) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: value out of range");
+                iv = (long long)f;
+            } else {
+                iv = v.type == JV_INT ? v.u.i : v.u.b;
+            }
+            char cc = conv == 'i' || conv == 'u' ? 'd' : conv;
+            if (prec >= 0) snprintf(spec, sizeof spec, "%%%s%d.%dll%c", flags, width, prec, cc);
+            else snprintf(spec, sizeof spec, "%%%s%dll%c", flags, width, cc);
+            if (cc == 'd') snprintf(tmp, sizeof tmp, spec, iv);
+            else {
+                /* Python prints negative hex/octal with a sign */
+                unsigned long long u = iv < 0 ? -(unsigned long long)iv : (unsigned long long)iv;
+                snprintf(tmp, sizeof tmp, spec, u);
+                if (iv < 0) {
+                    jbuf_addc(&b, '-');
+                }
+            }
+        } else {
+            if (prec >= 0) snprintf(spec, sizeof spec, "%%%s%d.%d%c", flags, width, prec, conv);
+            else snprintf(spec, sizeof spec, "%%%s%d%c", flags, width, conv);
+            snprintf(tmp, sizeof tmp, spec, f);
+        }
+        jbuf_add(&b, tmp, strlen(tmp));
+    }
+    if (is_tuple && used < n_args) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: not all arguments converted during string formatting");
+    return jbuf_value(&b);
+}
+
 /* Python's str.format: {} {0} {name}, !r/!s conversions, format specs; {{ and }} escape braces. */
 static jv str_format(jctx *c, const jnode *at, jv fmt, const jargs *a) {
     jbuf b;
@@ -1369,7 +1474,7 @@ enum {
     F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT, F_INT,
     F_ITEMS, F_JOIN, F_LAST, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE,
     F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE,
-    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE,
+    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE, F_FORMAT, F_CENTER,
 };
 static const struct { const char *name; int id; } FILTERS[] = {
     {"abs", F_ABS}, {"attr", F_ATTR}, {"capitalize", F_CAPITALIZE}, {"count", F_COUNT}, {"length", F_COUNT},
@@ -1380,7 +1485,7 @@ static const struct { const char *name; int id; } FILTERS[] = {
     {"reverse", F_REVERSE}, {"round", F_ROUND}, {"safe", F_SAFE}, {"select", F_SELECT},
     {"selectattr", F_SELECTATTR}, {"sort", F_SORT}, {"string", F_STRING}, {"sum", F_SUM}, {"title", F_TITLE},
     {"tojson", F_TOJSON}, {"trim", F_TRIM}, {"unique", F_UNIQUE}, {"upper", F_UPPER},
-    {"wordcount", F_WORDCOUNT},
+    {"wordcount", F_WORDCOUNT}, {"format", F_FORMAT}, {"center", F_CENTER},
 };
 
 int jinja_filter_id(const char *name, size_t len) {
@@ -1856,6 +1961,34 @@ jv jinja_apply_filter(jctx *c, const jnode *at, int id, jv v, const jargs *args)
         return acc;
     }
     case F_TOJSON: return filter_tojson(c, at, v, args);
+    case F_FORMAT: {
+        if (args->n_pos && args->n_kw) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "format: positional and keyword arguments cannot be mixed");
+        jv fmt = jv_stringify(c, at, v);
+        if (args->n_kw) {
+            jv d = jv_new_dict(c, at, args->n_kw);
+            for (size_t k = 0; k < args->n_kw; k++) jv_dict_set(c, at, d, jv_str(args->kw_names[k], args->kw_lens[k]), args->kw_vals[k]);
+            return jinja_percent_format(c, at, fmt, d);
+        }
+        jv t = jv_new_list(c, at, args->n_pos);
+        for (size_t k = 0; k < args->n_pos; k++) jv_list_push(c, at, t, args->pos[k]);
+        t.flags = JVF_TUPLE;
+        return jinja_percent_format(c, at, fmt, t);
+    }
+    case F_CENTER: {
+        BIND("center", 0, "width");
+        jv str = jv_stringify(c, at, v);
+        int64_t w = have[0] ? need_int(c, at, "center", p[0]) : 80;
+        int64_t len = (int64_t)jinja_utf8_count(str.u.s, str.len);
+        if (w > 100000) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "center: width too large");
+        if (w <= len) return str;
+        int64_t marg = w - len, left = marg / 2 + (marg & w & 1);
+        jbuf b;
+        jbuf_init(&b, c, at);
+        for (int64_t k = 0; k < left; k++) jbuf_addc(&b, ' ');
+        jbuf_add(&b, str.u.s, str.len);
+        for (int64_t k = 0; k < marg - left; k++) jbuf_addc(&b, ' ');
+        return jbuf_value(&b);
+    }
     case F_TRIM: {
         BIND("trim", 0, "chars");
         return str_strip(c, at, jv_stringify(c, at, v), p[0], 3);

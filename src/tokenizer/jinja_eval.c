@@ -488,8 +488,7 @@ static jv arith(jctx *c, const jnode *at, jop op, jv a, jv b) {
         r.flags = b.flags & JVF_TUPLE;
         return r;
     }
-    if (op == JOP_MOD && a.type == JV_STRING)
-        jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "printf-style string formatting ('%%' on a string) is not supported");
+    if (op == JOP_MOD && a.type == JV_STRING) return jinja_percent_format(c, at, a, b);
     {
         static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**", "~"};
         jctx_fail(c, at, KILN_ERR_INVALID_ARG, "unsupported operand types for %s: %s and %s", names[op], jv_type_name(a), jv_type_name(b));
@@ -829,6 +828,13 @@ static signal_t exec_stmt(jctx *c, const jnode *n, jscope *s) {
         return SIG_NONE;
     }
     case JN_GENERATION: return exec_body(c, n->d, s);
+    case JN_WITH: {
+        jv *vals = jctx_alloc(c, n, (n->n_kw ? n->n_kw : 1) * sizeof(jv));
+        for (uint32_t i = 0; i < n->n_kw; i++) vals[i] = eval(c, n->kw_vals[i], s);
+        jscope *ws = scope_new(c, s);
+        for (uint32_t i = 0; i < n->n_kw; i++) scope_set(c, n, ws, n->names[i], n->name_lens[i], vals[i]);
+        return exec_body(c, n->d, ws);
+    }
     case JN_BODY: return exec_body(c, n, s);
     default:
         jctx_fail(c, n, KILN_ERR_INTERNAL, "unexpected node kind %d as a statement", n->kind);

@@ -317,6 +317,53 @@ static void lex_tag(parser *p, size_t *i, bool is_block, uint32_t tag_off, bool 
     }
 }
 
+/* {% raw %}...{% endraw %} at tag (body: after "{%" and its modifier): the content becomes text. jinja2's
+ * rules: no trim_blocks after `raw %}`; `-` strips on either side; the endraw tag is lstripped and eats
+ * the newline after it. Returns false when the tag is not `raw`. */
+static bool lex_raw(parser *p, size_t tag, size_t body, size_t *i, bool *line_starting) {
+    const char *s = p->src;
+    size_t k = body;
+    while (k < p->len && is_space(s[k])) k++;
+    if (!(k + 3 <= p->len && !strncmp(s + k, "raw", 3) && (k + 3 == p->len || !is_name_char(s[k + 3])))) return false;
+    k += 3;
+    while (k < p->len && is_space(s[k])) k++;
+    bool strip_after = false;
+    if (k < p->len && s[k] == '-') { strip_after = true; k++; }
+    if (!(k + 1 < p->len && s[k] == '%' && s[k + 1] == '}')) fail_at(p, (uint32_t)tag, "malformed '{%% raw %%}' tag");
+    k += 2;
+    if (strip_after) while (k < p->len && is_space(s[k])) k++;
+    size_t content = k;
+    for (size_t e = content; e + 1 < p->len; e++) {
+        if (s[e] != '{' || s[e + 1] != '%') continue;
+        size_t q = e + 2;
+        char mod = (q < p->len && (s[q] == '-' || s[q] == '+')) ? s[q++] : 0;
+        while (q < p->len && is_space(s[q])) q++;
+        if (!(q + 6 <= p->len && !strncmp(s + q, "endraw", 6))) continue;
+        q += 6;
+        while (q < p->len && is_space(s[q])) q++;
+        char emod = (q < p->len && (s[q] == '-' || s[q] == '+')) ? s[q++] : 0;
+        if (!(q + 1 < p->len && s[q] == '%' && s[q + 1] == '}')) continue;
+        q += 2;
+        size_t text_end = e;
+        if (mod == '-') {
+            while (text_end > content && is_space(s[text_end - 1])) text_end--;
+        } else if (mod != '+') {
+            size_t l_pos = text_end;
+            while (l_pos > content && s[l_pos - 1] != '\n') l_pos--;
+            bool all_ws = l_pos < text_end;
+            for (size_t w = l_pos; w < text_end; w++) if (!is_space(s[w])) { all_ws = false; break; }
+            if (all_ws && (l_pos > content || (content > 0 && s[content - 1] == '\n'))) text_end = l_pos;
+        }
+        if (text_end > content) push_tok(p, T_DATA, (uint32_t)content, s + content, text_end - content);
+        if (emod == '-') while (q < p->len && is_space(s[q])) q++;
+        else if (emod != '+' && q < p->len && s[q] == '\n') q++;
+        *line_starting = q > 0 && s[q - 1] == '\n';
+        *i = q;
+        return true;
+    }
+    fail_at(p, (uint32_t)tag, "missing '{%% endraw %%}' for the '{%% raw %%}' here");
+}
+
 static void lex(parser *p) {
     const char *s = p->src;
     size_t i = 0;
@@ -365,7 +412,7 @@ static void lex(parser *p) {
             i = after;
             continue;
         }
-        /* {% raw %} is not supported: report it clearly */
+        if (kind == 2 && lex_raw(p, k, body, &i, &line_starting)) continue;
         push_tok(p, kind == 1 ? T_VAR_BEGIN : T_BLOCK_BEGIN, (uint32_t)k, s + k, body - k);
         i = body;
         lex_tag(p, &i, kind == 2, (uint32_t)k, &line_starting);
@@ -1113,6 +1160,38 @@ static jnode *parse_statement(parser *p) {
         n->d = parse_body(p, ends, 1, "filter", off);
         advance(p);
         expect_block_end(p);
+    } else if (at_name(p, "with")) {
+        advance(p);
+        n = new_node(p, JN_WITH, off);
+        nodevec vals = {0};
+        const char *names[64];
+        uint32_t lens[64];
+        uint32_t count = 0;
+        while (cur(p)->type != T_BLOCK_END) {
+            if (count) expect_op(p, ",");
+            tok *nt = cur(p);
+            if (nt->type != T_NAME) fail_at(p, nt->off, "expected a variable name in 'with'");
+            if (count >= 64) fail_at(p, nt->off, "too many 'with' assignments");
+            names[count] = nt->s;
+            lens[count] = nt->len;
+            advance(p);
+            expect_op(p, "=");
+            nv_push(p, &vals, parse_expression(p, true));
+            count++;
+        }
+        expect_block_end(p);
+        n->kw_vals = vals.v;
+        n->n_kw = count;
+        if (count) {
+            n->names = palloc(p, count * sizeof(char *));
+            n->name_lens = palloc(p, count * sizeof(uint32_t));
+            memcpy(n->names, names, count * sizeof(char *));
+            memcpy(n->name_lens, lens, count * sizeof(uint32_t));
+        }
+        static const char *const ends[] = {"endwith"};
+        n->d = parse_body(p, ends, 1, "with", off);
+        advance(p);
+        expect_block_end(p);
     } else if (at_name(p, "generation")) {
         advance(p);
         expect_block_end(p);
@@ -1122,8 +1201,8 @@ static jnode *parse_statement(parser *p) {
         advance(p);
         expect_block_end(p);
     } else {
-        static const char *const known[] = {"raw", "call", "include", "import", "from", "extends", "block", "with",
-                                            "do", "autoescape", "trans"};
+        static const char *const known[] = {"call", "include", "import", "from", "extends", "block", "do",
+                                            "autoescape", "trans", "endraw"};
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             if (at_name(p, known[k])) fail_at(p, off, "unsupported tag '{%% %s %%}'", known[k]);
         fail_at(p, off, "unknown or unexpected tag '%.*s'", (int)(t->len > 40 ? 40 : t->len), t->s);
@@ -1204,6 +1283,11 @@ static void validate(parser *p, const jnode *n, bool soft, int depth) {
         validate(p, n->c, false, depth + 1);
         validate(p, n->d, false, depth + 1);
         validate(p, n->e, false, depth + 1);
+        return;
+    }
+    if (n->kind == JN_WITH) {
+        for (uint32_t i = 0; i < n->n_kw; i++) validate(p, n->kw_vals[i], soft, depth + 1);
+        validate(p, n->d, false, depth + 1);
         return;
     }
     if (n->kind == JN_MACRO || n->kind == JN_SET_BLOCK || n->kind == JN_FILTER_BLOCK) {
