@@ -3,7 +3,7 @@
  * scalar reference (vec_dot) and the table's fast variant (vec_dot_fast, AVX2 on x86), single thread,
  * one activation row dotted with every row of a weight matrix (the matrix-vector product of decode).
  * Two sizes: "hot" (1 MiB of weights, cache-resident: kernel speed) and "stream" (64 MiB: memory bound).
- * Prints a markdown table; each figure is the median of repeated runs.
+ * Prints a markdown table; each figure is the median of repeated runs, timed in thread CPU time.
  *   usage: formats_dot [--quick]
  */
 #include <stdio.h>
@@ -16,11 +16,13 @@
 
 #define COLS 4096
 
+/* CPU time of the calling thread: the single-thread figures are not inflated by preemption on a shared box */
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -194,6 +194,8 @@ static bool get_u32_opt(const gguf_file *f, const char *arch, const char *suffix
 
 /* ----------------------------------------------------------------------------- the conversion */
 
+#define MAX_CONVERT_THREADS 64
+
 typedef struct convert_job {
     const planned *p;
     const kiln_type_info *in;
@@ -201,11 +203,9 @@ typedef struct convert_job {
     uint8_t *dst;
     float *row_bufs;        /* one row of floats per thread */
     uint64_t max_row;
-    int64_t bad_row[64];    /* per thread: first row holding a NaN or Inf (-1: none) */
-    int64_t bad_col[64];
+    int64_t bad_row[MAX_CONVERT_THREADS]; /* per thread: first row holding a NaN or Inf (-1: none) */
+    int64_t bad_col[MAX_CONVERT_THREADS];
 } convert_job;
-
-#define MAX_CONVERT_THREADS 64
 
 static void convert_rows(void *ctx, int ith, int nth) {
     convert_job *j = ctx;
