@@ -4,8 +4,20 @@
 #include "base/error.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+
+/* One spin step: a pause hint on x86, nothing elsewhere. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins before a worker sleeps; after that a waiter yields the core (the machine may be oversubscribed). */
+#define SPIN_BEFORE_SLEEP 20000
+#define SPIN_BEFORE_YIELD 2000
 
 typedef struct kiln_pool kiln_pool;
 typedef struct { kiln_pool *p; int ith; } worker_arg;
@@ -33,7 +45,7 @@ static void *worker_main(void *arg) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
                !atomic_load(&p->quit)) {
-            if (++spins < 200000) continue;
+            if (++spins < SPIN_BEFORE_SLEEP) { cpu_relax(); continue; }
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->generation) == seen && !atomic_load(&p->quit))
                 pthread_cond_wait(&p->cv, &p->mu);
@@ -98,5 +110,8 @@ void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) { }
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < SPIN_BEFORE_YIELD) cpu_relax();
+        else sched_yield();
+    }
 }
