@@ -257,16 +257,25 @@ AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }
 
+/* The 16 signed scales of a Q3_K block (kiln_q3k_scales), computed in registers. */
+AVX2 static inline __m128i q3k_scales_vec(const uint8_t *packed) {
+    uint32_t a[3];
+    memcpy(a, packed, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u, tmp = a[2];
+    const __m128i w = _mm_setr_epi32((int)((a[0] & lo4) | (((tmp >> 0) & lo2) << 4)), (int)((a[1] & lo4) | (((tmp >> 2) & lo2) << 4)),
+                                     (int)(((a[0] >> 4) & lo4) | (((tmp >> 4) & lo2) << 4)),
+                                     (int)(((a[1] >> 4) & lo4) | (((tmp >> 6) & lo2) << 4)));
+    return _mm_sub_epi8(w, _mm_set1_epi8(32));
+}
+
 AVX2 void kiln_dot_q3_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q3_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
-    int8_t sc[16];
     for (int i = 0; i < n / QK_K; i++) {
         const float d = y[i].d * h2f(x[i].d);
-        kiln_q3k_scales(x[i].scales, sc);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+        const __m128i sc8 = q3k_scales_vec(x[i].scales);
         const __m256i eo = scales_even_odd(sc8);
         const int8_t *q8 = y[i].qs;
         const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].hmask);
@@ -295,12 +304,15 @@ AVX2 void kiln_dot_q3_K_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* Q4_K / Q5_K: 8 scales (int16, both lanes) and the mins term sum_j min_j * (bsums[2j] + bsums[2j+1]). */
 AVX2 static inline __m256i k4_prepare(const uint8_t *packed, const block_q8_K *y, __m256 *mins_term) {
-    uint8_t sc[8], mn[8];
-    kiln_k4_scales_mins(packed, sc, mn);
-    const __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+    /* the unpacking of kiln_k4_scales_mins, kept in registers (a store + reload of the bytes stalls) */
+    uint32_t u[3];
+    memcpy(u, packed, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const __m128i sc8 = _mm_setr_epi32((int)(u[0] & lo6), (int)((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)), 0, 0);
+    const __m128i m8 = _mm_setr_epi32((int)(u[1] & lo6), (int)(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)), 0, 0);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 ... */
     *mins_term = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), mins16));
-    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
 }
 
 AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
