@@ -63,94 +63,128 @@ __device__ __forceinline__ void u8x4_to_f(uint32_t u, float off, float *o) {
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-/* Values k0..k0+15 of row `row` (k0 a multiple of 16): value[i] = s * v[i] + b. Values past w.in are 0. */
+/* The raw bits of 16 values of a row (k0 a multiple of 16), split into load16 (every global load) and
+ * convert16 (arithmetic only), so that a kernel can put many loads in flight before converting any. */
+template <int T> struct raw16 {
+    static constexpr int NQ = T == CK_F32 ? 4 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 1;
+    uint4 q[NQ];
+    uint32_t m[T == CK_Q4_K ? 4 : 2]; /* scale words */
+};
+
+/* Loads values k0..k0+15 of row `row`; values past w.in read as 0. */
 template <int T>
-__device__ __forceinline__ void dequant16(const dev_weight &w, int row, int k0, float v[16], float &s, float &b) {
+__device__ __forceinline__ void load16(const dev_weight &w, int row, int k0, raw16<T> &r) {
     const uint8_t *rp = w.q + (long long)row * w.row_bytes;
-    s = 1.0f;
-    b = 0.0f;
-    if constexpr (T == CK_F32) {
-        const float *p = (const float *)rp + k0;
+    if constexpr (T == CK_F32 || T == CK_F16 || T == CK_BF16) {
+        constexpr int esz = T == CK_F32 ? 4 : 2;
         if (k0 + 16 <= w.in && (w.row_bytes & 15) == 0) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 f = __ldg((const float4 *)p + i);
-                v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-            }
+            for (int i = 0; i < raw16<T>::NQ; i++) r.q[i] = __ldg((const uint4 *)(rp + (long long)k0 * esz) + i);
         } else {
+            uint32_t *wd = (uint32_t *)r.q;
 #pragma unroll
-            for (int i = 0; i < 16; i++) v[i] = k0 + i < w.in ? __ldg(p + i) : 0.0f;
-        }
-    } else if constexpr (T == CK_F16 || T == CK_BF16) {
-        const uint16_t *p = (const uint16_t *)rp + k0;
-        if (k0 + 16 <= w.in && (w.row_bytes & 15) == 0) {
+            for (int i = 0; i < 4 * raw16<T>::NQ; i++) wd[i] = 0;
+            if constexpr (T == CK_F32) {
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const uint4 u = __ldg((const uint4 *)p + i);
-                const uint32_t ws[4] = {u.x, u.y, u.z, u.w};
+                for (int i = 0; i < 16; i++)
+                    if (k0 + i < w.in) wd[i] = __ldg((const uint32_t *)rp + k0 + i);
+            } else {
+                const unsigned short *p = (const unsigned short *)rp + k0;
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const uint16_t lo = (uint16_t)(ws[j] & 0xFFFF), hi = (uint16_t)(ws[j] >> 16);
-                    v[8 * i + 2 * j] = T == CK_F16 ? h2f(lo) : bf2f(lo);
-                    v[8 * i + 2 * j + 1] = T == CK_F16 ? h2f(hi) : bf2f(hi);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const uint16_t h = k0 + i < w.in ? p[i] : 0;
-                v[i] = T == CK_F16 ? h2f(h) : bf2f(h);
+                for (int i = 0; i < 16; i++)
+                    if (k0 + i < w.in) wd[i >> 1] |= (uint32_t)__ldg(p + i) << (16 * (i & 1));
             }
         }
     } else if constexpr (T == CK_Q8_0) {
-        const uint4 u = __ldg((const uint4 *)(rp + k0));
-        s8x4_to_f(u.x, v), s8x4_to_f(u.y, v + 4), s8x4_to_f(u.z, v + 8), s8x4_to_f(u.w, v + 12);
-        s = __half2float(w.d[(long long)row * w.d_per_row + (k0 >> 5)]);
+        r.q[0] = __ldg((const uint4 *)(rp + k0));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + (k0 >> 5));
     } else if constexpr (T == CK_Q4_0) {
-        const int blk = k0 >> 5, shift = (k0 & 16) ? 4 : 0;
-        const uint4 u = __ldg((const uint4 *)(rp + blk * 16));
-        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 8.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 8.0f, v + 4);
-        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 8.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 8.0f, v + 12);
-        s = __half2float(w.d[(long long)row * w.d_per_row + blk]);
+        r.q[0] = __ldg((const uint4 *)(rp + (k0 >> 5) * 16));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + (k0 >> 5));
     } else if constexpr (T == CK_Q4_K) {
         const uint8_t *blk = rp + (k0 >> 8) * 144;
-        const int idx = k0 & 255, j = idx >> 6, hi = (idx >> 5) & 1, sub = (idx >> 4) & 1;
-        const uint32_t dm = __ldg((const uint32_t *)blk);
-        const float d = h2f((uint16_t)(dm & 0xFFFF)), dmin = h2f((uint16_t)(dm >> 16));
-        const uint32_t s0 = __ldg((const uint32_t *)(blk + 4)), s1 = __ldg((const uint32_t *)(blk + 8)),
-                       s2 = __ldg((const uint32_t *)(blk + 12));
-        const uint32_t sw[3] = {s0, s1, s2};
-#define SCB(i) ((int)((sw[(i) >> 2] >> (8 * ((i) & 3))) & 0xFF))
+        const int idx = k0 & 255, j = idx >> 6, sub = (idx >> 4) & 1;
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.m[i] = __ldg((const uint32_t *)blk + i);
+        r.q[0] = __ldg((const uint4 *)(blk + 16 + 32 * j + 16 * sub));
+    } else if constexpr (T == CK_Q6_K) {
+        const int sb = k0 >> 8;
+        const uint8_t *blk = rp + sb * 208;
+        const int idx = k0 & 255, h = idx >> 7, r_ = idx & 127, quad = r_ >> 5, l0 = r_ & 31;
+        r.q[0] = __ldg((const uint4 *)(blk + 64 * h + l0 + ((quad & 1) ? 32 : 0)));
+        r.q[1] = __ldg((const uint4 *)(blk + 128 + 32 * h + l0));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + sb);
+        r.m[1] = (uint32_t)(int32_t)(int8_t)__ldg(blk + 192 + 8 * h + (l0 >> 4) + 2 * quad);
+    }
+}
+
+/* value[i] = s * v[i] + b for the 16 values load16 fetched at k0. */
+template <int T>
+__device__ __forceinline__ void convert16(const raw16<T> &r, int k0, float v[16], float &s, float &b) {
+    s = 1.0f;
+    b = 0.0f;
+    if constexpr (T == CK_F32) {
+        const uint32_t *wd = (const uint32_t *)r.q;
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = __uint_as_float(wd[i]);
+    } else if constexpr (T == CK_F16 || T == CK_BF16) {
+        const uint32_t *wd = (const uint32_t *)r.q;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint16_t lo = (uint16_t)(wd[j] & 0xFFFF), hi = (uint16_t)(wd[j] >> 16);
+            v[2 * j] = T == CK_F16 ? h2f(lo) : bf2f(lo);
+            v[2 * j + 1] = T == CK_F16 ? h2f(hi) : bf2f(hi);
+        }
+    } else if constexpr (T == CK_Q8_0) {
+        s8x4_to_f(r.q[0].x, v), s8x4_to_f(r.q[0].y, v + 4), s8x4_to_f(r.q[0].z, v + 8), s8x4_to_f(r.q[0].w, v + 12);
+        s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_0) {
+        const int shift = (k0 & 16) ? 4 : 0;
+        const uint4 u = r.q[0];
+        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 8.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 8.0f, v + 4);
+        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 8.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 8.0f, v + 12);
+        s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_K) {
+        const int idx = k0 & 255, j = idx >> 6, hi = (idx >> 5) & 1;
+        const float d = h2f((uint16_t)(r.m[0] & 0xFFFF)), dmin = h2f((uint16_t)(r.m[0] >> 16));
+        /* the 12 scale bytes are bytes 0..11 of m[1..3]; byte i = (m[1 + i/4] >> 8*(i%4)) & 0xFF */
+        const uint32_t s0 = r.m[1], s1 = r.m[2], s2 = r.m[3];
         const int is = 2 * j + hi;
         int sc, mn;
+        /* is < 4: sc = q[is] & 63, mn = q[is+4] & 63; else sc = (q[is+4] & 15) | (q[is-4] >> 6) << 4,
+         * mn = (q[is+4] >> 4) | (q[is] >> 6) << 4 (with is-4 in 0..3, is in 4..7, is+4 in 8..11) */
         if (is < 4) {
-            sc = SCB(is) & 63;
-            mn = SCB(is + 4) & 63;
+            sc = (int)((s0 >> (8 * is)) & 63);
+            mn = (int)((s1 >> (8 * is)) & 63);
         } else {
-            sc = (SCB(is + 4) & 0xF) | ((SCB(is - 4) >> 6) << 4);
-            mn = (SCB(is + 4) >> 4) | ((SCB(is) >> 6) << 4);
+            const int i4 = is - 4;
+            const uint32_t q8 = (s2 >> (8 * i4)) & 0xFF, qlo = (s0 >> (8 * i4)) & 0xFF, qhi = (s1 >> (8 * i4)) & 0xFF;
+            sc = (int)((q8 & 15) | ((qlo >> 6) << 4));
+            mn = (int)((q8 >> 4) | ((qhi >> 6) << 4));
         }
-#undef SCB
-        const uint4 u = __ldg((const uint4 *)(blk + 16 + 32 * j + 16 * sub));
         const int shift = 4 * hi;
+        const uint4 u = r.q[0];
         u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 0.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 0.0f, v + 4);
         u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 0.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 0.0f, v + 12);
         s = d * (float)sc;
         b = -dmin * (float)mn;
     } else if constexpr (T == CK_Q6_K) {
-        const int sb = k0 >> 8;
-        const uint8_t *blk = rp + sb * 208;
-        const int idx = k0 & 255, h = idx >> 7, r = idx & 127, quad = r >> 5, l0 = r & 31;
-        const uint4 ql = __ldg((const uint4 *)(blk + 64 * h + l0 + ((quad & 1) ? 32 : 0)));
-        const uint4 qh = __ldg((const uint4 *)(blk + 128 + 32 * h + l0));
+        const int idx = k0 & 255, quad = (idx & 127) >> 5;
         const int ns = (quad >= 2) ? 4 : 0, hs = 2 * quad;
-        const uint32_t lq[4] = {ql.x, ql.y, ql.z, ql.w}, hq[4] = {qh.x, qh.y, qh.z, qh.w};
+        const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w}, hq[4] = {r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
 #pragma unroll
         for (int i = 0; i < 4; i++)
             u8x4_to_f(((lq[i] >> ns) & 0x0F0F0F0Fu) | (((hq[i] >> hs) & 0x03030303u) << 4), 32.0f, v + 4 * i);
-        const int8_t sc = (int8_t)blk[192 + 8 * h + (l0 >> 4) + 2 * quad];
-        s = __half2float(w.d[(long long)row * w.d_per_row + sb]) * (float)sc;
+        s = h2f((uint16_t)r.m[0]) * (float)(int32_t)r.m[1];
     }
+}
+
+/* Values k0..k0+15 of row `row` (k0 a multiple of 16): value[i] = s * v[i] + b. Values past w.in are 0. */
+template <int T>
+__device__ __forceinline__ void dequant16(const dev_weight &w, int row, int k0, float v[16], float &s, float &b) {
+    raw16<T> r;
+    load16<T>(w, row, k0, r);
+    convert16<T>(r, k0, v, s, b);
 }
 
 /* ------------------------------------------------------------------ reductions */
@@ -253,9 +287,16 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
         }
         /* UN units per lane per step, every load unconditional (rows and units clamped to valid ones, their
          * results dropped) so that all of a step's loads are in flight together */
-        constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16) ? 2 : 4;
+        constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
         const int r1c = has1 ? r1 : r0;
         for (int u0 = lane; u0 < n_units; u0 += 32 * UN) {
+            raw16<T> ra[UN], rb[UN];
+#pragma unroll
+            for (int k = 0; k < UN; k++) {
+                const int u = u0 + 32 * k, uc = u < n_units ? u : u0;
+                load16<T>(a.w0, r0, 16 * uc, ra[k]);
+                load16<T>(w1, r1c, 16 * uc, rb[k]);
+            }
 #pragma unroll
             for (int k = 0; k < UN; k++) {
                 const int u = u0 + 32 * k;
@@ -263,8 +304,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
                 const int uc = ok ? u : u0;
                 const float *xp = xs + uc; /* value i of this unit at xp[i * NU] */
                 float v0[16], v1[16], s0, b0, s1, b1;
-                dequant16<T>(a.w0, r0, 16 * uc, v0, s0, b0);
-                dequant16<T>(w1, r1c, 16 * uc, v1, s1, b1);
+                convert16<T>(ra[k], 16 * uc, v0, s0, b0);
+                convert16<T>(rb[k], 16 * uc, v1, s1, b1);
                 float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
@@ -528,7 +569,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
 #pragma unroll
         for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
     }
-#pragma unroll 2
+#pragma unroll 4
     for (int sp = 0; sp < n_active; sp++) {
 #pragma unroll
         for (int g = 0; g < ATT_MAX_G; g++) {
