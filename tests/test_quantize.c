@@ -288,6 +288,49 @@ TEST(quantize_requantizes_with_report) {
     free(out);
 }
 
+TEST(quantize_accepts_f16_and_bf16_input) {
+    /* half-precision inputs are widened to F32 and quantized: every converted tensor equals the reference
+     * quantizer applied to the widened rows; 1-D tensors stay as they were */
+    static const struct { const char *file, *target; } cases[] = {
+        {TS_DIR "TinyStories-656K-F16.gguf", "Q8_0"}, {TS_DIR "TinyStories-656K-BF16.gguf", "Q4_1"}};
+    for (size_t k = 0; k < 2; k++) {
+        const char *in = test_shared(cases[k].file);
+        char *out = path_in(test_tmpdir(), "half-in.gguf");
+        kiln_quantize_report rep;
+        REQUIRE_OK(run_quantize(in, out, cases[k].target, 2, &rep));
+        CHECK_EQ_INT(rep.n_requantized, 0);
+        gguf_file *a = NULL, *b = NULL;
+        REQUIRE_OK(gguf_open(in, &a));
+        REQUIRE_OK(gguf_open(out, &b));
+        int converted = 0;
+        for (size_t i = 0; i < gguf_n_tensors(b); i++) {
+            const gguf_tensor *t = gguf_tensor_at(b, i);
+            char n[96];
+            snprintf(n, sizeof n, "%.*s", (int)t->name.len, t->name.ptr);
+            const gguf_tensor *s = gguf_find_tensor(a, n);
+            REQUIRE(s);
+            if (t->type == s->type) {
+                CHECKF(t->nbytes == s->nbytes && !memcmp(t->data, s->data, t->nbytes), "%s: copied bytes differ", n);
+                continue;
+            }
+            const int64_t cnt = (int64_t)(s->ne[0] * s->ne[1]);
+            float *f = malloc(sizeof(float) * (size_t)cnt);
+            uint8_t *q = malloc(t->nbytes);
+            kiln_type_get(s->type)->to_float(s->data, f, cnt);
+            kiln_type_get(t->type)->from_float(f, q, cnt);
+            CHECKF(!memcmp(q, t->data, t->nbytes), "%s (%s -> %s): bytes differ", n, kiln_type_get(s->type)->name,
+                   kiln_type_get(t->type)->name);
+            converted++;
+            free(f);
+            free(q);
+        }
+        CHECK_EQ_INT(converted, 15);
+        gguf_close(a);
+        gguf_close(b);
+        free(out);
+    }
+}
+
 TEST(quantize_refuses_to_overwrite_input) {
     /* a copy of the input, reached by its own name and through a symlink */
     char *in = path_in(test_tmpdir(), "in.gguf"), *link_path = path_in(test_tmpdir(), "link.gguf");
