@@ -26,6 +26,12 @@ bool cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, lon
 bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
 /* True when argv[i] is opt and a value follows; advances *i. Prints an error when the value is missing. */
 bool cli_opt(int argc, char **argv, int *i, const char *opt, const char **val, bool *err);
+/* Parses one sampling option at argv[*i] (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n, --seed) into p. Returns 0 when argv[*i] is not one, 1 when it was parsed (advancing *i),
+ * 2 on a bad value (the error is printed). *seed_given is set by --seed. */
+int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler_params *p, bool *seed_given);
+/* Parses --device's value; false (error printed) when it is not cpu, cuda or auto. */
+bool cli_parse_device(const char *cmd, const char *s, kiln_device *out);
 /* Writes s as a JSON string literal (with quotes). */
 void cli_json_str(FILE *f, const char *s, size_t len);
 /* Reads a whole file (for -f); malloc'd, NUL-terminated. NULL and an error printed on failure. */

@@ -38,7 +38,8 @@ static uint64_t median(uint64_t *v, int n) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *device = "auto";
+    const char *model = NULL;
+    kiln_device device = KILN_DEVICE_AUTO;
     long P = 512, G = 128, R = 5, ctx = 0, threads = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
@@ -47,7 +48,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(a, "--json")) json = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
-        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) device = v;
+        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("bench", v, &device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) {
             if (!err && !cli_parse_int("bench", a, v, 1, 1 << 20, &P)) return 2;
         } else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--gen", &v, &err)) {
@@ -62,10 +63,8 @@ int cmd_bench(int argc, char **argv) {
         if (err) return 2;
     }
     if (!model) return cli_usage_error("bench", usage_text, "a model is required (-m MODEL.gguf)");
-    kiln_session_options o = {.n_ctx = (int)(ctx ? ctx : P + G + 1), .n_threads = (int)threads, .max_batch = (int)P};
-    if (!strcmp(device, "cpu")) o.device = KILN_DEVICE_CPU;
-    else if (!strcmp(device, "cuda")) o.device = KILN_DEVICE_CUDA;
-    else if (strcmp(device, "auto")) return cli_usage_error("bench", usage_text, "--device: expected cpu, cuda or auto, got '%s'", device);
+    kiln_session_options o = {.n_ctx = (int)(ctx ? ctx : P + G + 1), .n_threads = (int)threads, .max_batch = (int)P,
+                              .device = device};
     if (P + G + 1 > o.n_ctx) return cli_error("bench", "prompt %ld + gen %ld do not fit --ctx %d", P, G, o.n_ctx);
 
     kiln_model *m = NULL;

@@ -58,52 +58,33 @@ static void history_free(history *h) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *tmpl = NULL, *device = "auto";
+    const char *model = NULL, *system = NULL, *tmpl = NULL;
+    kiln_device device = KILN_DEVICE_AUTO;
     long n_predict = -1, ctx = 0, threads = 0;
     kiln_sampler_params sp = kiln_sampler_defaults();
     sp.seed = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *a = argv[i];
         bool err = false;
-        double d;
-        long l;
+        int rc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--system", &v, &err)) system = v;
         else if (cli_opt(argc, argv, &i, "--chat-template", &v, &err)) tmpl = v;
-        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) device = v;
+        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("chat", v, &device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--n-predict", &v, &err)) {
             if (!err && !cli_parse_int("chat", a, v, 1, 1 << 24, &n_predict)) return 2;
         } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
             if (!err && !cli_parse_int("chat", a, v, 16, 1 << 20, &ctx)) return 2;
         } else if (cli_opt(argc, argv, &i, "--threads", &v, &err)) {
             if (!err && !cli_parse_int("chat", a, v, 1, 1024, &threads)) return 2;
-        } else if (cli_opt(argc, argv, &i, "--temp", &v, &err)) {
-            if (!err && !cli_parse_float("chat", a, v, 0, 100, &d)) return 2;
-            sp.temperature = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--top-k", &v, &err)) {
-            if (!err && !cli_parse_int("chat", a, v, 0, 1 << 24, &l)) return 2;
-            sp.top_k = (int)l;
-        } else if (cli_opt(argc, argv, &i, "--top-p", &v, &err)) {
-            if (!err && !cli_parse_float("chat", a, v, 0, 1, &d)) return 2;
-            sp.top_p = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--min-p", &v, &err)) {
-            if (!err && !cli_parse_float("chat", a, v, 0, 1, &d)) return 2;
-            sp.min_p = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--repeat-penalty", &v, &err)) {
-            if (!err && !cli_parse_float("chat", a, v, 0.01, 10, &d)) return 2;
-            sp.repeat_penalty = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--seed", &v, &err)) {
-            if (!err && !cli_parse_int("chat", a, v, 0, 0x7fffffffL, &l)) return 2;
-            sp.seed = (uint64_t)l;
+        } else if ((rc = cli_sampler_opt("chat", argc, argv, &i, &sp, NULL)) != 0) {
+            if (rc == 2) return 2;
         } else return cli_usage_error("chat", usage_text, "unknown option '%s'", a);
         if (err) return 2;
     }
     if (!model) return cli_usage_error("chat", usage_text, "a model is required (-m MODEL.gguf)");
-    kiln_session_options so = {.n_ctx = (int)ctx, .n_threads = (int)threads};
-    if (!strcmp(device, "cpu")) so.device = KILN_DEVICE_CPU;
-    else if (!strcmp(device, "cuda")) so.device = KILN_DEVICE_CUDA;
-    else if (strcmp(device, "auto")) return cli_usage_error("chat", usage_text, "--device: expected cpu, cuda or auto, got '%s'", device);
+    kiln_session_options so = {.n_ctx = (int)ctx, .n_threads = (int)threads, .device = device};
 
     kiln_model *m = NULL;
     kiln_session *s = NULL;

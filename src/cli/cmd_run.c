@@ -37,7 +37,8 @@ static const char *usage_text =
     "  -h, --help              this help\n";
 
 typedef struct run_opts {
-    const char *model, *prompt, *prompt_file, *device, *system, *chat_template;
+    const char *model, *prompt, *prompt_file, *system, *chat_template;
+    kiln_device device;
     bool chat;
     long n_predict, ctx, threads, rounds;
     bool json, ignore_eos, no_warm, seed_given;
@@ -52,8 +53,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         bool err = false;
-        double d;
-        long l;
+        int rc;
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); exit(0); }
         else if (!strcmp(a, "--json")) o->json = true;
@@ -65,7 +65,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) { if (!err) o->model = v; }
         else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) { if (!err) o->prompt = v; }
         else if (cli_opt(argc, argv, &i, "-f", &v, &err) || cli_opt(argc, argv, &i, "--file", &v, &err)) { if (!err) o->prompt_file = v; }
-        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err) o->device = v; }
+        else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("run", v, &o->device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--n-predict", &v, &err)) {
             if (!err && !cli_parse_int("run", a, v, 0, 1 << 24, &o->n_predict)) return 2;
         } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
@@ -74,31 +74,8 @@ static int parse(int argc, char **argv, run_opts *o) {
             if (!err && !cli_parse_int("run", a, v, 1, 1024, &o->threads)) return 2;
         } else if (cli_opt(argc, argv, &i, "--rounds", &v, &err)) {
             if (!err && !cli_parse_int("run", a, v, 1, 1000, &o->rounds)) return 2;
-        } else if (cli_opt(argc, argv, &i, "--temp", &v, &err)) {
-            if (!err && !cli_parse_float("run", a, v, 0, 100, &d)) return 2;
-            o->sp.temperature = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--top-k", &v, &err)) {
-            if (!err && !cli_parse_int("run", a, v, 0, 1 << 24, &l)) return 2;
-            o->sp.top_k = (int)l;
-        } else if (cli_opt(argc, argv, &i, "--top-p", &v, &err)) {
-            if (!err && !cli_parse_float("run", a, v, 0, 1, &d)) return 2;
-            o->sp.top_p = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--min-p", &v, &err)) {
-            if (!err && !cli_parse_float("run", a, v, 0, 1, &d)) return 2;
-            o->sp.min_p = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--repeat-penalty", &v, &err)) {
-            if (!err && !cli_parse_float("run", a, v, 0.01, 10, &d)) return 2;
-            o->sp.repeat_penalty = (float)d;
-        } else if (cli_opt(argc, argv, &i, "--repeat-last-n", &v, &err)) {
-            if (!err && !cli_parse_int("run", a, v, 0, 1 << 20, &l)) return 2;
-            o->sp.repeat_last_n = (int)l;
-        } else if (cli_opt(argc, argv, &i, "--seed", &v, &err)) {
-            char *end;
-            if (!err) {
-                o->sp.seed = strtoull(v, &end, 10);
-                if (*end || end == v) return cli_usage_error("run", usage_text, "--seed: expected an unsigned integer, got '%s'", v);
-                o->seed_given = true;
-            }
+        } else if ((rc = cli_sampler_opt("run", argc, argv, &i, &o->sp, &o->seed_given)) != 0) {
+            if (rc == 2) return 2;
         } else {
             return cli_usage_error("run", usage_text, "unknown option '%s'", a);
         }
@@ -106,8 +83,6 @@ static int parse(int argc, char **argv, run_opts *o) {
     }
     if (!o->model) return cli_usage_error("run", usage_text, "a model is required (-m MODEL.gguf)");
     if (o->prompt && o->prompt_file) return cli_usage_error("run", usage_text, "give either -p or -f, not both");
-    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && strcmp(o->device, "auto"))
-        return cli_usage_error("run", usage_text, "--device: expected cpu, cuda or auto, got '%s'", o->device);
     if ((o->system || o->chat_template) && !o->chat)
         return cli_usage_error("run", usage_text, "--system and --chat-template need --chat");
     if (!o->seed_given) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
@@ -134,9 +109,7 @@ int cmd_run(int argc, char **argv) {
     setup.sopt.n_ctx = (int)o.ctx;
     setup.sopt.n_threads = (int)o.threads;
     setup.sopt.no_warm = o.no_warm;
-    setup.sopt.device = !o.device || !strcmp(o.device, "auto") ? KILN_DEVICE_AUTO
-                        : !strcmp(o.device, "cpu")             ? KILN_DEVICE_CPU
-                                                               : KILN_DEVICE_CUDA;
+    setup.sopt.device = o.device;
     rc = run_generate(&setup);
     free(prompt_buf);
     return rc;

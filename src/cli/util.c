@@ -103,3 +103,55 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     if (len) *len = n;
     return buf;
 }
+
+int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler_params *p, bool *seed_given) {
+    static const struct { const char *name; double lo, hi; bool integer; } opts[] = {
+        {"--temp", 0, 100, false}, {"--top-k", 0, 1 << 24, true}, {"--top-p", 0, 1, false},
+        {"--min-p", 0, 1, false}, {"--repeat-penalty", 0.01, 10, false}, {"--repeat-last-n", 0, 1 << 20, true},
+    };
+    const char *a = argv[*i], *v = NULL;
+    bool err = false;
+    if (cli_opt(argc, argv, i, "--seed", &v, &err)) {
+        if (err) return 2;
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno || *end || end == v || v[0] == '-') {
+            cli_error(cmd, "--seed: expected an unsigned integer, got '%s'", v);
+            return 2;
+        }
+        p->seed = s;
+        if (seed_given) *seed_given = true;
+        return 1;
+    }
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+        if (!cli_opt(argc, argv, i, opts[k].name, &v, &err)) continue;
+        if (err) return 2;
+        double d;
+        long l;
+        if (opts[k].integer ? !cli_parse_int(cmd, a, v, (long)opts[k].lo, (long)opts[k].hi, &l)
+                            : !cli_parse_float(cmd, a, v, opts[k].lo, opts[k].hi, &d))
+            return 2;
+        switch (k) {
+        case 0: p->temperature = (float)d; break;
+        case 1: p->top_k = (int)l; break;
+        case 2: p->top_p = (float)d; break;
+        case 3: p->min_p = (float)d; break;
+        case 4: p->repeat_penalty = (float)d; break;
+        default: p->repeat_last_n = (int)l; break;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+bool cli_parse_device(const char *cmd, const char *s, kiln_device *out) {
+    if (!strcmp(s, "auto")) *out = KILN_DEVICE_AUTO;
+    else if (!strcmp(s, "cpu")) *out = KILN_DEVICE_CPU;
+    else if (!strcmp(s, "cuda")) *out = KILN_DEVICE_CUDA;
+    else {
+        cli_error(cmd, "--device: expected cpu, cuda or auto, got '%s'", s);
+        return false;
+    }
+    return true;
+}
