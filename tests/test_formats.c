@@ -293,6 +293,56 @@ TEST(formats_fast_dots_match_scalar_on_random_rows) {
     free(wf); free(xf); free(wd); free(xd); free(wq); free(xq);
 }
 
+/* Arbitrary block bytes (as a corrupt or hostile file could hold): dequantization and every dot run without
+ * undefined behaviour (UBSan), and where everything is finite the AVX2 dot agrees with the scalar one. */
+TEST(formats_arbitrary_block_bytes) {
+    uint64_t rng = 0xb10cb10cull;
+    const int n = 1024;
+    uint8_t *w = malloc(sizeof(float) * n), *act = malloc(sizeof(float) * n);
+    float *wd = malloc(sizeof(float) * n), *xd = malloc(sizeof(float) * n), *xf = malloc(sizeof(float) * n);
+    int compared = 0;
+    for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++) {
+        const kiln_type t = avx2_variants[v].type;
+        const kiln_type_info *ti = kiln_type_get(t);
+        for (int trial = 0; trial < 32; trial++) {
+            for (size_t i = 0; i < kiln_row_bytes(t, n); i++) w[i] = (uint8_t)test_rand_u64(&rng);
+            /* half the trials keep the F16 / F32 scales and values tame so that the results can be compared */
+            if (trial % 2 && ti->is_quantized) {
+                const size_t bs = ti->type_size;
+                for (size_t b = 0; b < kiln_row_bytes(t, n) / bs; b++) {
+                    uint8_t *blk = w + b * bs;
+                    const size_t d_off = t == KILN_TYPE_Q2_K ? 80 : t == KILN_TYPE_Q3_K ? 108 : t == KILN_TYPE_Q6_K ? 208 : 0;
+                    const uint16_t h = kiln_f32_to_f16(0.01f * (float)(test_rand_u64(&rng) % 100));
+                    memcpy(blk + d_off, &h, 2);
+                    if (t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_1 || t == KILN_TYPE_Q2_K || t == KILN_TYPE_Q4_K ||
+                        t == KILN_TYPE_Q5_K)
+                        memcpy(blk + d_off + 2, &h, 2);
+                }
+            } else if (trial % 2) {
+                for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng);
+                ti->from_float(xf, w, n);
+            }
+            for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng);
+            kiln_quantize_row_for_dot(t, xf, act, n);
+            ti->to_float(w, wd, n);
+            kiln_type_get(ti->vec_dot_type)->to_float(act, xd, n);
+            float ref = 0, fast = 0;
+            ti->vec_dot(n, &ref, w, act);
+            if (kiln_cpu_has_avx2()) avx2_variants[v].avx2(n, &fast, w, act);
+            else fast = ref;
+            const double mag = abs_product_sum(wd, xd, n);
+            if (isfinite(mag) && isfinite(ref) && mag < 1e30) {
+                CHECKF(fabs((double)fast - ref) <= 4.0 * FLT_EPSILON * mag + 1e-30, "%s trial %d: %.9g vs %.9g",
+                       ti->name, trial, fast, ref);
+                compared++;
+            }
+        }
+    }
+    CHECK(compared >= 13 * 16);
+    printf("compared %d rows of arbitrary bytes\n", compared);
+    free(w); free(act); free(wd); free(xd); free(xf);
+}
+
 /* The AVX2 activation quantizers give the reference bytes on random rows too (ties included). */
 TEST(formats_fast_activation_quantizers_match_scalar) {
     if (!kiln_cpu_has_avx2()) {
