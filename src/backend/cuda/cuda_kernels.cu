@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     __shared__ int redi[MV_WARPS];
     __shared__ int last_block;
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int in_pad = (in + 15) & ~15, NU = in_pad >> 4;
+    const int in_pad = (in + 15) & ~15, NU = in_pad >> 4, NUP = NU | 1; /* odd stride: no bank conflicts */
     const bool dual = a.pair == MV_PAIR_DUAL;
     const int out = a.w0.out;
     const int n_pairs = dual ? out : (out + 1) >> 1;
@@ -247,8 +247,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     pdl_wait_then_trigger();
 
     /* prologue: the input vector (RMSNorm'ed or not) in shared memory, transposed so that lane u of a warp
-     * reading value i of its unit (16 values) hits bank (i * NU + u) % 32: xs[(k % 16) * NU + k / 16] = x[k] */
-#define XS(k) xs[((k) & 15) * NU + ((k) >> 4)]
+     * reading value i of its unit (16 values) hits bank (i * NUP + u) % 32: xs[(k % 16) * NUP + k / 16] = x[k] */
+#define XS(k) xs[((k) & 15) * NUP + ((k) >> 4)]
     if (a.in_mode == MV_IN_NORM) {
         float ss = 0.0f;
 #pragma unroll 4
@@ -302,14 +302,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
                 const int u = u0 + 32 * k;
                 const bool ok = u < n_units;
                 const int uc = ok ? u : u0;
-                const float *xp = xs + uc; /* value i of this unit at xp[i * NU] */
+                const float *xp = xs + uc; /* value i of this unit at xp[i * NUP] */
                 float v0[16], v1[16], s0, b0, s1, b1;
                 convert16<T>(ra[k], 16 * uc, v0, s0, b0);
                 convert16<T>(rb[k], 16 * uc, v1, s1, b1);
                 float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
-                    const float xv = xp[i * NU];
+                    const float xv = xp[i * NUP];
                     d0 = fmaf(v0[i], xv, d0);
                     d1 = fmaf(v1[i], xv, d1);
                     if constexpr (T == CK_Q4_K) sx += xv;
@@ -420,17 +420,17 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const attn_args a) {
     const int lane = tid & 31, warp = tid >> 5;
     const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
     pdl_wait_then_trigger();
+    /* the position and the queries are independent loads: both in flight before either is used */
     const int pos0 = a.pos_dev ? *a.pos_dev : a.pos0;
-    const int n_keys = pos0 + t + 1;
-    const int n_active = (n_keys + a.chunk - 1) / a.chunk;
-    const int k_begin = split * a.chunk;
-    const int k_end = min(n_keys, k_begin + a.chunk);
-    if (k_begin >= k_end) return; /* an idle split */
-
     for (int i = tid; i < G * hd; i += ATT_THREADS) {
         const int g = i / hd, d = i - g * hd;
         qs[i] = a.q[(long long)t * a.q_stride + (kvh * G + g) * hd + d] * a.scale;
     }
+    const int n_keys = pos0 + t + 1;
+    const int n_active = (n_keys + a.chunk - 1) / a.chunk;
+    const int k_begin = split * a.chunk;
+    const int k_end = min(n_keys, k_begin + a.chunk);
+    if (k_begin >= k_end) return; /* an idle split (the whole block leaves together) */
     if (tid < ATT_MAX_G) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
     float acc[ATT_MAX_G][ATT_MAX_D];
 #pragma unroll
@@ -812,7 +812,7 @@ int ck_kernel_count(void) { return (int)(sizeof kernel_table / sizeof kernel_tab
 const void *ck_kernel_at(int i) { return kernel_table[i].fn; }
 const char *ck_kernel_name(int i) { return kernel_table[i].name; }
 
-size_t ck_matvec_smem(int n) { return (size_t)((n + 15) & ~15) * sizeof(float); }
+size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16) * sizeof(float); }
 
 cudaError_t ck_set_matvec_smem(size_t bytes) {
     cudaError_t e = cudaSuccess;
@@ -826,7 +826,7 @@ cudaError_t ck_set_matvec_smem(size_t bytes) {
 int ck_matvec_blocks(const mv_args &a, int n_sm) {
     const int n_pairs = a.pair == MV_PAIR_DUAL ? a.w0.out : (a.w0.out + 1) / 2;
     int blocks = (n_pairs + MV_WARPS - 1) / MV_WARPS;
-    const int cap = n_sm * 4;
+    const int cap = n_sm * 2; /* what fits at once (two blocks per SM): one wave, one prologue per slot */
     return blocks < cap ? blocks : cap;
 }
 
