@@ -379,6 +379,7 @@ TEST(formats_fast_quantizers_equal_reference) {
         {KILN_TYPE_Q2_K, kiln_q2_K_from_float_avx2}, {KILN_TYPE_Q4_K, kiln_q4_K_from_float_avx2},
         {KILN_TYPE_Q5_K, kiln_q5_K_from_float_avx2}, {KILN_TYPE_Q6_K, kiln_q6_K_from_float_avx2},
         {KILN_TYPE_Q8_0, kiln_q8_0_from_float_avx2}, {KILN_TYPE_Q8_K, kiln_q8_K_from_float_avx2},
+        {KILN_TYPE_Q8_1, kiln_q8_1_from_float_avx2}, {KILN_TYPE_F16, kiln_f16_from_float_avx2},
     };
     gguf_file *f = open_vectors();
     REQUIRE(f);
@@ -416,6 +417,13 @@ TEST(formats_fast_quantizers_equal_reference) {
         CHECK(kiln_from_float_fast(fq[k].type) != NULL);
     }
     printf("checked %d random rows\n", checked);
+    /* F16 corner values: ties, subnormals, overflow, infinities and NaNs (the NaN groups go scalar) */
+    static const float corners[] = {1.0f + 0x1p-11f, 1.0f + 0x1.8p-10f, 0x1p-25f, 0x1.8p-24f, 0x1p-14f, 65504.0f,
+                                    65520.0f, 1e9f, -1e9f, INFINITY, -INFINITY, NAN, -0.0f, 0.0f, 3e-8f, -6e-5f};
+    const int nc = (int)(sizeof corners / sizeof corners[0]);
+    kiln_f16_from_float(corners, a, nc);
+    kiln_f16_from_float_avx2(corners, b, nc);
+    CHECK(!memcmp(a, b, sizeof(uint16_t) * (size_t)nc));
     free(x); free(a); free(b);
     gguf_close(f);
 }

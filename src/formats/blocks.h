@@ -180,5 +180,7 @@ void kiln_dot_q5_K_avx2(int n, float *s, const void *x, const void *y);
 void kiln_dot_q6_K_avx2(int n, float *s, const void *x, const void *y);
 void kiln_q8_0_from_float_avx2(const float *x, void *y, int64_t n);
 void kiln_q8_K_from_float_avx2(const float *x, void *y, int64_t n);
+void kiln_q8_1_from_float_avx2(const float *x, void *y, int64_t n);
+void kiln_f16_from_float_avx2(const float *x, void *y, int64_t n);
 
 #endif

@@ -465,6 +465,41 @@ AVX2 void kiln_q8_0_from_float_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
+AVX2 void kiln_q8_1_from_float_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        const float amax = max_abs32(x, QK8_1);
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = kiln_f32_to_f16(d);
+        const __m256 vid = _mm256_set1_ps(id);
+        const __m256i a = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
+        const __m256i b = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
+        const __m256i c = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
+        const __m256i e = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(a, b, c, e));
+        /* s = d * (sum of the 32 levels), the integer sum is exact */
+        const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e)));
+        y[i].s = kiln_f32_to_f16(sum * d);
+    }
+}
+
+/* F32 -> F16 with F16C (round to nearest even, like kiln_f32_to_f16); groups holding a NaN take the scalar
+ * path so that NaNs get the same bits too. */
+AVX2 void kiln_f16_from_float_avx2(const float *x, void *vy, int64_t n) {
+    uint16_t *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            for (int k = 0; k < 8; k++) y[i + k] = kiln_f32_to_f16(x[i + k]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) y[i] = kiln_f32_to_f16(x[i]);
+}
+
 AVX2 void kiln_q8_K_from_float_avx2(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {

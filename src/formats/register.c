@@ -8,10 +8,8 @@
 #include "base/error.h"
 #include "formats/blocks.h"
 
-/* Activation quantizers used by kiln_quantize_row_for_dot (set with the table). */
-static kiln_from_float_fn activation_q8_0 = kiln_q8_0_from_float;
-static kiln_from_float_fn activation_q8_K = kiln_q8_K_from_float;
-/* Exact fast quantizers by type (NULL: use from_float). */
+/* Fast quantizers by type giving the reference bytes for finite input (NULL: use from_float); also the
+ * activation converters of kiln_quantize_row_for_dot. Set with the table. */
 static kiln_from_float_fn fast_quantizer[KILN_TYPE_COUNT];
 
 static void set_ops(kiln_type_info *t, kiln_to_float_fn to_float, kiln_from_float_fn from_float,
@@ -42,11 +40,11 @@ void kiln_formats_register(kiln_type_info *table) {
     set_ops(&table[KILN_TYPE_Q8_K], kiln_q8_K_to_float, kiln_q8_K_from_float, NULL, NULL);
 #undef SIMD
     /* the fast activation quantizers produce the same bytes as the reference ones (tested) */
-    activation_q8_0 = simd ? kiln_q8_0_from_float_avx2 : kiln_q8_0_from_float;
-    activation_q8_K = simd ? kiln_q8_K_from_float_avx2 : kiln_q8_K_from_float;
     if (simd) {
         fast_quantizer[KILN_TYPE_Q8_0] = kiln_q8_0_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q8_K] = kiln_q8_K_from_float_avx2;
+        fast_quantizer[KILN_TYPE_Q8_1] = kiln_q8_1_from_float_avx2;
+        fast_quantizer[KILN_TYPE_F16] = kiln_f16_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q2_K] = kiln_q2_K_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q4_K] = kiln_q4_K_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q5_K] = kiln_q5_K_from_float_avx2;
@@ -65,7 +63,6 @@ void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, 
     KILN_ASSERT(w && w->vec_dot);
     const kiln_type_info *a = kiln_type_get(w->vec_dot_type);
     KILN_ASSERT(a && a->from_float && n % a->block_size == 0);
-    if (w->vec_dot_type == KILN_TYPE_Q8_0) activation_q8_0(x, dst, n);
-    else if (w->vec_dot_type == KILN_TYPE_Q8_K) activation_q8_K(x, dst, n);
-    else a->from_float(x, dst, n);
+    kiln_from_float_fn fast = fast_quantizer[w->vec_dot_type];
+    (fast ? fast : a->from_float)(x, dst, n);
 }
