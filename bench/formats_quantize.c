@@ -151,7 +151,7 @@ static void end_to_end(void) {
     printf("\n`kiln quantize` end to end, 2 threads, %s (F32, 2 layers of TinyLlama-1.1B shapes):\n\n", in);
     printf("| target | input MB | output MB | seconds | MB/s of input |\n|---|---:|---:|---:|---:|\n");
     for (size_t k = 0; k < sizeof targets / sizeof targets[0]; k++) {
-        kiln_quantize_options o = {in, out, kiln_quant_find_target(targets[k]), 2, NULL};
+        kiln_quantize_options o = {.in_path = in, .out_path = out, .target = kiln_quant_find_target(targets[k]), .n_threads = 2};
         kiln_quantize_report rep;
         double t[3];
         for (int r = 0; r < 3; r++) {

@@ -59,7 +59,7 @@ static kiln_status run_quantize(const char *in, const char *out, const char *typ
                                 kiln_quantize_report *rep) {
     const kiln_quant_target *t = kiln_quant_find_target(type);
     if (!t) return KILN_ERR_INVALID_ARG;
-    kiln_quantize_options o = {in, out, t, threads, NULL};
+    kiln_quantize_options o = {.in_path = in, .out_path = out, .target = t, .n_threads = threads};
     return kiln_quantize_file(&o, rep);
 }
 
@@ -238,6 +238,39 @@ TEST(quantize_k_mixes_follow_llama_quantize_rules) {
     free(in_tied);
 }
 
+TEST(quantize_pure_and_type_overrides) {
+    char *in = path_in(test_tmpdir(), "syn.gguf"), *in_tied = path_in(test_tmpdir(), "syn-tied.gguf");
+    char *out = path_in(test_tmpdir(), "syn-pure.gguf");
+    REQUIRE(write_synthetic(in, true) && write_synthetic(in_tied, false));
+    /* --pure: every matrix gets the target type, even where the mix would raise it */
+    kiln_quantize_options o = {.in_path = in, .out_path = out, .target = kiln_quant_find_target("Q4_K_M"), .n_threads = 2, .pure = true};
+    REQUIRE_OK(kiln_quantize_file(&o, NULL));
+    gguf_file *f = NULL;
+    REQUIRE_OK(gguf_open(out, &f));
+    CHECK(type_of(f, "output.weight") == KILN_TYPE_Q4_K);
+    CHECK(type_of(f, "blk.0.attn_v.weight") == KILN_TYPE_Q4_K);  /* Q6_K in the mix */
+    CHECK(type_of(f, "blk.7.ffn_down.weight") == KILN_TYPE_Q4_K);
+    CHECK(type_of(f, "blk.7.attn_norm.weight") == KILN_TYPE_F32);
+    gguf_close(f);
+    /* explicit output and embedding types */
+    kiln_quantize_options o2 = {.in_path = in, .out_path = out, .target = kiln_quant_find_target("Q4_0"), .n_threads = 1, .set_output_type = true,
+                                .output_type = KILN_TYPE_Q8_0, .set_embd_type = true, .embd_type = KILN_TYPE_Q5_K};
+    REQUIRE_OK(kiln_quantize_file(&o2, NULL));
+    REQUIRE_OK(gguf_open(out, &f));
+    CHECK(type_of(f, "output.weight") == KILN_TYPE_Q8_0);
+    CHECK(type_of(f, "token_embd.weight") == KILN_TYPE_Q5_K);
+    CHECK(type_of(f, "blk.3.attn_q.weight") == KILN_TYPE_Q4_0);
+    gguf_close(f);
+    /* tied: the output type applies to the embedding that doubles as the output */
+    kiln_quantize_options o3 = {.in_path = in_tied, .out_path = out, .target = kiln_quant_find_target("Q4_0"), .n_threads = 1, .set_output_type = true,
+                                .output_type = KILN_TYPE_F16};
+    REQUIRE_OK(kiln_quantize_file(&o3, NULL));
+    REQUIRE_OK(gguf_open(out, &f));
+    CHECK(type_of(f, "token_embd.weight") == KILN_TYPE_F16);
+    gguf_close(f);
+    free(in); free(in_tied); free(out);
+}
+
 TEST(quantize_k_types_fall_back_on_short_rows) {
     /* TinyStories rows are 128 and 384 values: no K block fits, every matrix falls back */
     const char *src = test_shared(TS_DIR "TinyStories-656K-F32.gguf");
@@ -399,6 +432,10 @@ TEST(quantize_cli) {
     snprintf(cmd, sizeof cmd, "%s quantize --threads x a.gguf b.gguf Q4_0 2>&1", test_kiln_bin());
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 2);
     CHECK(out && strstr(out, "--threads"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s quantize --output-type iq2_xxs a.gguf b.gguf Q4_0 2>&1", test_kiln_bin());
+    CHECK_EQ_INT(test_run_cmd(cmd, &out), 2);
+    CHECK(out && strstr(out, "--output-type"));
     free(out);
     snprintf(cmd, sizeof cmd, "%s quantize a.gguf b.gguf 2>&1", test_kiln_bin());
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 2);

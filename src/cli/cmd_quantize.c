@@ -7,10 +7,11 @@
 #include <unistd.h>
 
 #include "base/env.h"
+#include "formats/formats.h"
 #include "tools/quantize.h"
 
 static const char usage[] =
-    "usage: kiln quantize [--threads N] [--quiet] IN.gguf OUT.gguf TYPE\n"
+    "usage: kiln quantize [--threads N] [--quiet] [--pure] [--output-type T] [--embd-type T] IN.gguf OUT.gguf TYPE\n"
     "\n"
     "Rewrites IN with its weight matrices converted to TYPE, following llama-quantize's rules (no\n"
     "importance matrix): norms and other 1-D tensors are copied unchanged; with a quantized TYPE other\n"
@@ -23,7 +24,21 @@ static const char usage[] =
     "  TYPE          F32 F16 BF16 Q8_0 Q5_1 Q5_0 Q4_1 Q4_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_L\n"
     "                Q3_K_M Q3_K_S Q2_K (Q4_K = Q4_K_M, Q5_K = Q5_K_M, Q3_K = Q3_K_M; any case)\n"
     "  --threads N   conversion threads, 1..64 (default: KILN_THREADS or all CPUs)\n"
-    "  --quiet       no per-tensor progress or summary\n";
+    "  --quiet       no per-tensor progress or summary\n"
+    "  --pure        no mixes: every matrix gets TYPE (rows that do not fit its block still fall back)\n"
+    "  --output-type T  type of output.weight (or of the token embedding when it doubles as the output):\n"
+    "                f32 f16 bf16 q8_0 q5_1 q5_0 q4_1 q4_0 q6_K q5_K q4_K q3_K q2_K\n"
+    "  --embd-type T    type of token_embd.weight (same types)\n";
+
+/* A tensor type kiln can write, by name; -1 when unknown or not writable. */
+static int writable_type(const char *name) {
+    static const char *const ok[] = {"f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0",
+                                     "q6_K", "q5_K", "q4_K", "q3_K", "q2_K"};
+    const int t = kiln_type_from_name(name);
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (t >= 0 && kiln_type_from_name(ok[i]) == t) return t;
+    return -1;
+}
 
 /* The temporary file of the run in progress, removed when the run is interrupted. */
 static char interrupted_tmp[4096];
@@ -39,10 +54,24 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
     long threads = 0;
-    bool quiet = false, err = false;
+    bool quiet = false, pure = false, err = false;
+    int output_type = -1, embd_type = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(usage, stdout); return 0; }
         if (!strcmp(argv[i], "--quiet")) { quiet = true; continue; }
+        if (!strcmp(argv[i], "--pure")) { pure = true; continue; }
+        if (cli_opt(argc, argv, &i, "--output-type", &val, &err)) {
+            if (err) return 2;
+            if ((output_type = writable_type(val)) < 0)
+                return cli_usage_error(cmd, usage, "--output-type: unknown or unwritable type '%s'", val);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--embd-type", &val, &err)) {
+            if (err) return 2;
+            if ((embd_type = writable_type(val)) < 0)
+                return cli_usage_error(cmd, usage, "--embd-type: unknown or unwritable type '%s'", val);
+            continue;
+        }
         if (cli_opt(argc, argv, &i, "--threads", &val, &err)) {
             if (err || !cli_parse_int(cmd, "--threads", val, 1, 64, &threads)) return 2;
             continue;
@@ -64,7 +93,10 @@ int cmd_quantize(int argc, char **argv) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
 
-    kiln_quantize_options o = {pos[0], pos[1], target, (int)threads, quiet ? NULL : stderr};
+    kiln_quantize_options o = {.in_path = pos[0], .out_path = pos[1], .target = target, .n_threads = (int)threads,
+                               .progress = quiet ? NULL : stderr, .pure = pure,
+                               .set_output_type = output_type >= 0, .output_type = (kiln_type)(output_type >= 0 ? output_type : 0),
+                               .set_embd_type = embd_type >= 0, .embd_type = (kiln_type)(embd_type >= 0 ? embd_type : 0)};
     kiln_quantize_report rep;
     kiln_status st = kiln_quantize_file(&o, &rep);
     signal(SIGINT, SIG_DFL);

@@ -344,14 +344,13 @@ static kiln_status make_plan(const gguf_file *in, const kiln_quantize_options *o
         p->n_rows = t->ne[1] * t->ne[2] * t->ne[3];
         kiln_type out = (kiln_type)t->type;
         if (is_convertible_weight(p->name, t)) {
-            out = o->target->default_type;
-            if (mixes) {
-                p->wanted = mix_type(&qs, out, p->name, t);
-                KILN_TRY(fit_row_length(p->wanted, p->row_len, p->name, &out, &p->fallback));
-            } else if (p->row_len % kiln_type_get(out)->block_size) {
-                return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s': row length %llu does not fit %s", p->name,
-                                 (unsigned long long)p->row_len, kiln_type_get(out)->name);
-            }
+            p->wanted = o->target->default_type;
+            if (mixes && !o->pure) p->wanted = mix_type(&qs, p->wanted, p->name, t);
+            const bool is_embd = !strcmp(p->name, "token_embd.weight");
+            if (o->set_output_type && (!strcmp(p->name, "output.weight") || (is_embd && !qs.has_output)))
+                p->wanted = o->output_type;
+            if (o->set_embd_type && is_embd) p->wanted = o->embd_type;
+            KILN_TRY(fit_row_length(p->wanted, p->row_len, p->name, &out, &p->fallback));
         }
         p->out_type = out;
         p->convert = out != (kiln_type)t->type;
@@ -398,6 +397,8 @@ static void print_summary(FILE *f, const kiln_quantize_options *o, const kiln_qu
 
 kiln_status kiln_quantize_file(const kiln_quantize_options *o, kiln_quantize_report *report) {
     KILN_ASSERT(o && o->in_path && o->out_path && o->target && o->n_threads >= 1);
+    if ((o->set_output_type && !kiln_from_float_fast(o->output_type)) || (o->set_embd_type && !kiln_from_float_fast(o->embd_type)))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "quantize: kiln cannot write the requested output / embedding type");
     if (o->n_threads > MAX_CONVERT_THREADS)
         return kiln_fail(KILN_ERR_INVALID_ARG, "quantize: %d threads; at most %d", o->n_threads, MAX_CONVERT_THREADS);
     kiln_quantize_report local;

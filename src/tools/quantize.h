@@ -42,8 +42,13 @@ const kiln_quant_target *kiln_quant_targets(int *n);
 typedef struct kiln_quantize_options {
     const char *in_path, *out_path;
     const kiln_quant_target *target;
-    int n_threads;           /* >= 1 */
+    int n_threads;           /* 1..64 */
     FILE *progress;          /* per-tensor lines, warnings and the summary; NULL: silent */
+    bool pure;               /* no K mixes: every matrix gets the target's type (row-length fallbacks still apply) */
+    bool set_output_type;    /* output.weight (or the tied token_embd.weight) gets output_type */
+    kiln_type output_type;
+    bool set_embd_type;      /* token_embd.weight gets embd_type */
+    kiln_type embd_type;
 } kiln_quantize_options;
 
 typedef struct kiln_quantize_report {
