@@ -393,7 +393,7 @@ static mv_args mv_base(void) {
     return a;
 }
 
-static int mv_blocks(const cuda_state *s, const mv_args &a) { return ck_matvec_blocks(a, s->n_sm); }
+static int mv_blocks(const cuda_state *s, mv_args &a) { return ck_matvec_plan(a, s->n_sm); }
 
 /* The logits of the row x (n_embd floats) and their argmax. */
 static void launch_logits(cuda_state *s, const float *x) {
@@ -410,7 +410,10 @@ static void launch_logits(cuda_state *s, const float *x) {
     a.arg_idx = s->arg_idx;
     a.counter = s->counter;
     a.arg_out = s->arg_out;
-    ck_matvec(a, mv_blocks(s, a), s->stream);
+    {
+        const int nb = mv_blocks(s, a);
+        ck_matvec(a, nb, s->stream);
+    }
 }
 
 /* The decode step for the token in params[0] at position params[1] (what the graph captures). */
@@ -437,14 +440,20 @@ static void launch_decode(cuda_state *s) {
         a.v_cache = s->vc + kv_off;
         if (L->qkv_fused) {
             a.w0 = L->wqkv;
-            ck_matvec(a, mv_blocks(s, a), st);
+            {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
         } else {
             const dev_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
             const int offs[3] = {0, s->Q, s->Q + s->KV};
             for (int i = 0; i < 3; i++) {
                 a.w0 = *ws[i];
                 a.row_offset = offs[i];
-                ck_matvec(a, mv_blocks(s, a), st);
+                {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
             }
         }
 
@@ -470,7 +479,10 @@ static void launch_decode(cuda_state *s) {
         a.x = s->attn_f;
         a.epi = MV_EPI_ADD;
         a.y = s->x;
-        ck_matvec(a, mv_blocks(s, a), st);
+        {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
 
         a = mv_base();
         a.in_mode = MV_IN_NORM;
@@ -482,14 +494,23 @@ static void launch_decode(cuda_state *s) {
             a.pair = MV_PAIR_DUAL;
             a.epi = MV_EPI_SWIGLU;
             a.y = s->hvec;
-            ck_matvec(a, mv_blocks(s, a), st);
+            {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
         } else {
             a.pair = MV_PAIR_ADJ;
             a.epi = MV_EPI_STORE;
             a.w0 = L->wg, a.y = s->g;
-            ck_matvec(a, mv_blocks(s, a), st);
+            {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
             a.w0 = L->wu, a.y = s->u;
-            ck_matvec(a, mv_blocks(s, a), st);
+            {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
             ck_swiglu_vec(s->g, s->u, s->F, s->hvec, st);
         }
 
@@ -500,7 +521,10 @@ static void launch_decode(cuda_state *s) {
         a.x = s->hvec;
         a.epi = MV_EPI_ADD;
         a.y = s->x;
-        ck_matvec(a, mv_blocks(s, a), st);
+        {
+            const int nb = mv_blocks(s, a);
+            ck_matvec(a, nb, st);
+        }
     }
     launch_logits(s, s->x);
 }
@@ -766,6 +790,11 @@ fail:
 static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax) {
     cuda_state *s = (cuda_state *)state;
     KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && pos >= 0 && pos + n <= s->cfg.n_ctx);
+#ifdef KILN_CUDA_BREAK_GATE
+    /* never in a real build: a per-call allocation, to show the first-call gate test failing */
+    void *leak_check = NULL;
+    if (cudaMalloc(&leak_check, 256) == cudaSuccess) kiln_count_device_alloc(), cudaFree(leak_check);
+#endif
     const bool want = logits || argmax;
     if (n == 1) {
         s->h_params[0] = ids[0];
@@ -902,7 +931,10 @@ extern "C" kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int i
         kiln_cuda_probe(&di);
         const size_t smem = ck_matvec_smem(in);
         if (smem > 48 * 1024) ck_set_matvec_smem(smem);
-        ck_matvec(a, ck_matvec_blocks(a, di.n_sm), b.st);
+        {
+            const int nb = ck_matvec_plan(a, di.n_sm);
+            ck_matvec(a, nb, b.st);
+        }
         st = tb_finish(&b, y, dy, (size_t)out * 4);
     }
     tb_free(&b);

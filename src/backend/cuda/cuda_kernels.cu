@@ -224,21 +224,25 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     __shared__ float red[MV_WARPS];
     __shared__ int redi[MV_WARPS];
     __shared__ int last_block;
+    __shared__ float kpart[MV_WARPS][2];
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int in_pad = (in + 15) & ~15, NU = in_pad >> 4, NUP = NU | 1; /* odd stride: no bank conflicts */
     const bool dual = a.pair == MV_PAIR_DUAL;
     const int out = a.w0.out;
     const int n_pairs = dual ? out : (out + 1) >> 1;
+    /* ksplit warps share a pair, each over its own stretch of units [ub, ue); a block holds ppb pairs */
+    const int ks_n = a.ksplit, ppb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
+    const int ub = (int)((long long)NU * ks / ks_n), ue = (int)((long long)NU * (ks + 1) / ks_n);
 
     /* the weights do not depend on the previous kernel: start pulling this warp's first rows into L2 */
     {
-        const int p = blockIdx.x * MV_WARPS + warp;
+        const int p = blockIdx.x * ppb + slot;
         if (p < n_pairs) {
             const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
-            const long long rb = a.w0.row_bytes;
+            const long long rb = a.w0.row_bytes, b0 = rb * ks / ks_n, b1 = rb * (ks + 1) / ks_n;
             const uint8_t *q0 = a.w0.q + (long long)r0 * rb;
             const uint8_t *q1 = (dual ? a.w1.q : a.w0.q) + (long long)r1 * rb;
-            for (long long off = lane * 128; off < rb && off < 16384; off += 32 * 128) {
+            for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
                 prefetch_l2(q0 + off);
                 if (r1 < out) prefetch_l2(q1 + off);
             }
@@ -268,7 +272,6 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
 #undef XS
     __syncthreads();
 
-    const int n_units = NU;
     /* the second row's matrix: w1 (same type and shape) in dual mode, else w0; built from scalars so that
      * the selection stays in registers */
     dev_weight w1 = a.w0;
@@ -277,11 +280,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     float best_v = -INFINITY;
     int best_i = 0x7FFFFFFF;
 
-    for (int p = blockIdx.x * MV_WARPS + warp; p < n_pairs; p += gridDim.x * MV_WARPS) {
+    for (int pg = blockIdx.x; pg * ppb < n_pairs; pg += gridDim.x) { /* the same trip count in every warp */
+        const bool valid = pg * ppb + slot < n_pairs;
+        const int p = valid ? pg * ppb + slot : n_pairs - 1;
         const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
         const bool has1 = r1 < out;
+        const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
         float acc0 = 0.0f, acc1 = 0.0f, y0 = 0.0f, y1 = 0.0f;
-        if (a.epi == MV_EPI_ADD && lane == 0) { /* the residual rows, fetched while the weights stream */
+        if (a.epi == MV_EPI_ADD && lead) { /* the residual rows, fetched while the weights stream */
             y0 = a.y[r0];
             if (has1) y1 = a.y[r1];
         }
@@ -289,18 +295,18 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
          * results dropped) so that all of a step's loads are in flight together */
         constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
         const int r1c = has1 ? r1 : r0;
-        for (int u0 = lane; u0 < n_units; u0 += 32 * UN) {
+        for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {
             raw16<T> ra[UN], rb[UN];
 #pragma unroll
             for (int k = 0; k < UN; k++) {
-                const int u = u0 + 32 * k, uc = u < n_units ? u : u0;
+                const int u = u0 + 32 * k, uc = u < ue ? u : u0;
                 load16<T>(a.w0, r0, 16 * uc, ra[k]);
                 load16<T>(w1, r1c, 16 * uc, rb[k]);
             }
 #pragma unroll
             for (int k = 0; k < UN; k++) {
                 const int u = u0 + 32 * k;
-                const bool ok = u < n_units;
+                const bool ok = u < ue;
                 const int uc = ok ? u : u0;
                 const float *xp = xs + uc; /* value i of this unit at xp[i * NUP] */
                 float v0[16], v1[16], s0, b0, s1, b1;
@@ -322,7 +328,14 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
         }
         acc0 = warp_sum(acc0);
         acc1 = warp_sum(acc1);
-        if (lane != 0) continue;
+        if (ks_n > 1) { /* the pair's warps add their stretches */
+            if (lane == 0) kpart[warp][0] = acc0, kpart[warp][1] = acc1;
+            __syncthreads();
+            if (lead)
+                for (int k = 1; k < ks_n; k++) acc0 += kpart[warp + k][0], acc1 += kpart[warp + k][1];
+            __syncthreads();
+        }
+        if (!lead) continue;
         switch (a.epi) {
         case MV_EPI_STORE:
             a.y[r0] = acc0;
@@ -823,9 +836,17 @@ cudaError_t ck_set_matvec_smem(size_t bytes) {
     return e;
 }
 
-int ck_matvec_blocks(const mv_args &a, int n_sm) {
+int ck_matvec_plan(mv_args &a, int n_sm) {
     const int n_pairs = a.pair == MV_PAIR_DUAL ? a.w0.out : (a.w0.out + 1) / 2;
-    int blocks = (n_pairs + MV_WARPS - 1) / MV_WARPS;
+    const int n_units = (a.w0.in + 15) / 16;
+    /* split each pair's units over 2..8 warps while there are too few pairs to give every warp slot of
+     * one wave (two blocks per SM) its own, and every lane keeps at least one unit */
+    const int slots = 2 * n_sm * MV_WARPS;
+    int ks = 1;
+    while (ks < MV_WARPS && n_pairs * ks * 2 <= slots && n_units / (ks * 2) >= 32) ks *= 2;
+    a.ksplit = ks;
+    const int ppb = MV_WARPS / ks;
+    int blocks = (n_pairs + ppb - 1) / ppb;
     const int cap = n_sm * 2; /* what fits at once (two blocks per SM): one wave, one prologue per slot */
     return blocks < cap ? blocks : cap;
 }

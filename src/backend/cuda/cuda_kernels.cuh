@@ -45,6 +45,7 @@ enum { MV_EPI_STORE = 0, MV_EPI_ADD = 1, MV_EPI_QKV = 2, MV_EPI_SWIGLU = 3, MV_E
 struct mv_args {
     dev_weight w0, w1;          /* w1: second matrix of MV_PAIR_DUAL (same type and shape) */
     int pair, in_mode, epi;
+    int ksplit;                 /* warps per pair (1, 2, 4, 8); set by ck_matvec_plan */
     const float *x;             /* input vector (PLAIN, NORM) */
     const float *norm_w;        /* NORM: RMSNorm weight */
     float eps;
@@ -94,7 +95,8 @@ cudaError_t ck_set_matvec_smem(size_t bytes);
 void ck_set_pdl(bool on);
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
-int ck_matvec_blocks(const mv_args &a, int n_sm);
+/* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
+int ck_matvec_plan(mv_args &a, int n_sm);
 void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st);
 
 /* Prefill pieces. */
