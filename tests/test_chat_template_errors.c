@@ -193,6 +193,8 @@ TEST(chat_template_errors_name_construct_and_position) {
     static const char lazy[] = "{% if false %}{{ x | from_json }}{% endif %}ok{{ 1 if y is nosuchtest else 2 }}";
     kiln_chat_template *t = NULL;
     REQUIRE_OK(kiln_chat_template_parse(lazy, strlen(lazy), "lazy", &t));
+    const char *note = kiln_chat_template_note(t);
+    CHECKF(note && !strcmp(note, "unsupported filter 'from_json' at 1:22"), "note: %s", note ? note : "(none)");
     json_t *vars = json_pack("{s:[]}", "messages");
     char *out = NULL;
     kiln_status st = kiln_chat_render_vars(t, vars, NOW, &out, NULL);
@@ -389,6 +391,7 @@ TEST(chat_template_resource_limits) {
 TEST(chat_template_resolve_builtins_and_files) {
     kiln_chat_template *t = NULL;
     REQUIRE_OK(kiln_chat_template_resolve("chatml", &t));
+    CHECK(kiln_chat_template_note(t) == NULL);
     kiln_chat_message msgs[] = {{"system", "S"}, {"user", "U \xc3\xa9"}};
     kiln_chat_render_opts o = {.add_generation_prompt = true};
     char *out = NULL;

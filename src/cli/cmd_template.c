@@ -76,6 +76,9 @@ int cmd_template(int argc, char **argv) {
     }
     if (tmpl_arg && kiln_chat_template_resolve(tmpl_arg, &t) != KILN_OK) { cli_error(cmd, "%s", kiln_last_error()); goto done; }
 
+    if (kiln_chat_template_note(t))
+        fprintf(stderr, "kiln %s: warning: the template uses an %s (it fails only if that part is reached)\n", cmd,
+                kiln_chat_template_note(t));
     json_error_t jerr;
     json_t *root = json_load_file(messages_path, 0, &jerr);
     if (!root) {

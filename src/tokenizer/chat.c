@@ -86,6 +86,8 @@ kiln_status kiln_chat_template_parse(const char *src, size_t len, const char *na
     return KILN_OK;
 }
 
+const char *kiln_chat_template_note(const kiln_chat_template *t) { return jinja_deferred_unsupported(t->tmpl); }
+
 void kiln_chat_template_free(kiln_chat_template *t) {
     if (!t) return;
     jinja_free(t->tmpl);

@@ -45,6 +45,10 @@ kiln_status kiln_chat_template_load_file(const char *path, kiln_chat_template **
 /* A --chat-template value: a built-in name, else a file path. */
 kiln_status kiln_chat_template_resolve(const char *name_or_path, kiln_chat_template **out);
 void kiln_chat_template_free(kiln_chat_template *t);
+/* A construct the template uses that kiln lacks but that fails only if reached (an unknown filter or
+ * test inside an if, which jinja2 also defers), e.g. "unsupported filter 'from_json' at 90:33"; NULL
+ * when none. For a warning at session open. */
+const char *kiln_chat_template_note(const kiln_chat_template *t);
 
 /* Renders n messages. *out is kiln_malloc'd and NUL-terminated (kiln_free it); out_len may be NULL.
  * A template's raise_exception() is KILN_ERR_INVALID_ARG with the template's message. */

@@ -34,6 +34,9 @@ typedef struct jinja_template jinja_template;
  * a file name). On failure *out is NULL and the message names the problem and its line:column. */
 kiln_status jinja_parse(const char *src, size_t len, const char *name, jinja_template **out);
 void jinja_free(jinja_template *t);
+/* The first unsupported filter or test that parsing deferred to run time (inside an if or a conditional
+ * expression, as jinja2 does), e.g. "unsupported filter 'from_json' at 90:33"; NULL when none. */
+const char *jinja_deferred_unsupported(const jinja_template *t);
 
 typedef struct jinja_render_opts {
     /* The time strftime_now() formats: seconds since the epoch, formatted as UTC. 0 = the current
@@ -147,6 +150,7 @@ struct jinja_template {
     jinja_arena arena;
     jnode *root;
     char *name;
+    char deferred[160];  /* see jinja_deferred_unsupported; "" when none */
 };
 
 /* --- builtins: ids resolved at parse time (an unknown filter or test is a parse error) */

@@ -736,7 +736,7 @@ static void assign(jctx *c, const jnode *target, jscope *s, jv val) {
 static void render_into(jctx *c, const jnode *body, jscope *s, jv *out_str) {
     size_t mark = c->out_len;
     exec_body(c, body, s);
-    *out_str = jv_str_copy(c, body, c->out + mark, c->out_len - mark);
+    *out_str = c->out ? jv_str_copy(c, body, c->out + mark, c->out_len - mark) : jv_str("", 0);
     c->out_len = mark;
 }
 

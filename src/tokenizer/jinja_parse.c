@@ -37,6 +37,7 @@ typedef struct tok {
 } tok;
 
 typedef struct parser {
+    jinja_template *tmpl;
     jinja_arena *arena;
     const char *src;     /* normalized source (in the arena) */
     size_t len;
@@ -1270,8 +1271,12 @@ static void fail_node(parser *p, const jnode *n, const char *what) {
 static void validate(parser *p, const jnode *n, bool soft, int depth) {
     if (!n) return;
     if (depth > 4 * JINJA_MAX_NESTING) return;
-    if ((n->kind == JN_FILTER || n->kind == JN_TEST) && n->op == JINJA_UNKNOWN_BUILTIN && !soft)
-        fail_node(p, n, n->kind == JN_FILTER ? "filter" : "test");
+    if ((n->kind == JN_FILTER || n->kind == JN_TEST) && n->op == JINJA_UNKNOWN_BUILTIN) {
+        if (!soft) fail_node(p, n, n->kind == JN_FILTER ? "filter" : "test");
+        if (!p->tmpl->deferred[0])
+            snprintf(p->tmpl->deferred, sizeof p->tmpl->deferred, "unsupported %s '%.*s' at %u:%u", n->kind == JN_FILTER ? "filter" : "test",
+                     (int)(n->value.len > 60 ? 60 : n->value.len), n->value.u.s, n->line, n->col);
+    }
     bool inner = soft;
     switch (n->kind) {
     case JN_IF: case JN_COND: inner = true; break;
@@ -1341,6 +1346,7 @@ kiln_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
         jinja_free(t);
         return kiln_fail(KILN_ERR_NOMEM, "chat template %s: out of memory", name);
     }
+    p->tmpl = t;
     p->arena = &t->arena;
     p->name = t->name;
     p->status = KILN_OK;
@@ -1379,6 +1385,8 @@ kiln_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
     *out = t;
     return KILN_OK;
 }
+
+const char *jinja_deferred_unsupported(const jinja_template *t) { return t->deferred[0] ? t->deferred : NULL; }
 
 void jinja_free(jinja_template *t) {
     if (!t) return;
