@@ -28,11 +28,10 @@ typedef struct matmul_job {
 
 static void convert_rows(void *ctx, int ith, int nth) {
     matmul_job *j = ctx;
-    const kiln_type_info *vt = kiln_type_get(j->ti->vec_dot_type);
     int lo, hi;
     kiln_split(j->B, ith, nth, &lo, &hi);
     for (int b = lo; b < hi; b++)
-        vt->from_float(j->x + (size_t)b * j->n, (uint8_t *)j->qx + (size_t)b * j->qrow, j->n);
+        kiln_quantize_row_for_dot(j->W->type, j->x + (size_t)b * j->n, (uint8_t *)j->qx + (size_t)b * j->qrow, j->n);
 }
 
 static void dot_rows(void *ctx, int ith, int nth) {
