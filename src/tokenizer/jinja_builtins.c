@@ -549,8 +549,6 @@ static jv str_split(jctx *c, const jnode *at, jv s, jv sep, jv maxsplit_v, bool 
     jv out = jv_new_list(c, at, 4);
     if (sep.type == JV_NONE || sep.type == JV_UNDEFINED) {
         /* runs of whitespace; leading/trailing whitespace ignored */
-        size_t n_cp;
-        (void)n_cp;
         if (!from_right) {
             size_t i = 0;
             int64_t splits = 0;
@@ -772,12 +770,11 @@ static bool lookup_method(jctx *c, const jnode *at, jv obj, const char *name, si
 static void format_value(jctx *c, const jnode *at, jbuf *b, jv v, const char *spec, size_t n) {
     if (!n) { jv_to_str(b, v); return; }
     size_t i = 0;
-    char fill = ' ', align = 0, sign = '-', type = 0;
-    size_t fill_len = 1;
-    const char *fill_s = " ";
-    if (n >= 2 && strchr("<>^=", spec[1]) && ((unsigned char)spec[0] < 0x80)) { fill = spec[0]; fill_s = spec; align = spec[1]; i = 2; }
+    char align = 0, sign = '-', type = 0;
+    const char *fill_s = " ";   /* an ASCII fill character (explicit, or '0' with the 0 flag) */
+    bool explicit_fill = false;
+    if (n >= 2 && strchr("<>^=", spec[1]) && (unsigned char)spec[0] < 0x80) { fill_s = spec; align = spec[1]; i = 2; explicit_fill = true; }
     else if (strchr("<>^=", spec[0])) { align = spec[0]; i = 1; }
-    (void)fill;
     if (i < n && strchr("+- ", spec[i])) sign = spec[i++];
     bool zero = false;
     if (i < n && spec[i] == '0') { zero = true; i++; }
@@ -846,16 +843,13 @@ static void format_value(jctx *c, const jnode *at, jbuf *b, jv v, const char *sp
             if (type == '%') jbuf_addc(&body, '%');
         }
         if (!align) align = zero ? '=' : '>';
-        if (zero && fill_s == spec + 0 && n >= 2 && strchr("<>^=", spec[1])) { /* explicit fill wins */ }
-        else if (zero) { fill_s = "0"; }
+        if (zero && !explicit_fill) fill_s = "0";
     } else {
         jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "str.format: cannot format a %s with a spec", jv_type_name(v));
     }
     size_t cps = jinja_utf8_count(body.p ? body.p : "", body.n);
     size_t pad = (size_t)width > cps ? (size_t)width - cps : 0;
-    size_t fl = 1;
-    if ((unsigned char)fill_s[0] >= 0x80) fl = 1;
-    (void)fill_len;
+    const size_t fl = 1;
     size_t left = align == '<' ? 0 : align == '^' ? pad / 2 : pad, right = pad - left;
     if (align == '=' && body.n && (body.p[0] == '-' || body.p[0] == '+' || body.p[0] == ' ')) {
         jbuf_addc(b, body.p[0]);
@@ -908,7 +902,7 @@ jv jinja_percent_format(jctx *c, const jnode *at, jv fmt, jv args) {
         if (conv == '%') { jbuf_addc(&b, '%'); continue; }
         if (!strchr("sradiufFeEgGxXoc", conv)) jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "%% format: unsupported conversion '%c'", conv);
         if (!have_v) {
-            if (used >= n_args || (!is_tuple && args.type == JV_DICT && false))
+            if (used >= n_args)
                 jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%% format: not enough arguments for format string");
             v = is_tuple ? args.u.list->items[used] : args;
             used++;
@@ -1430,8 +1424,6 @@ bool jinja_apply_test(jctx *c, const jnode *at, int id, jv v, const jargs *a) {
     case T_GE: return jv_compare(c, at, v, test_arg(c, at, a, "ge")) >= 0;
     case T_IN: {
         jv seq = test_arg(c, at, a, "in");
-        jv_list dummy;
-        (void)dummy;
         if (seq.type == JV_STRING) {
             jv needle = need_str(c, at, "in", v);
             return !needle.len || (seq.len >= needle.len && memmem(seq.u.s, seq.len, needle.u.s, needle.len));
