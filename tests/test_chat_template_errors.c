@@ -69,6 +69,13 @@ static const char *const SNIPPETS[] = {
     "{% for a in [1,2] %}{% set outer = loop %}{% for b in [3,4] %}{{ outer.index }}{{ loop.index }}{{ a }}{{ b }}{% endfor %}{% endfor %}{% if true %}{% set z = 3 %}{% endif %}{{ z }}",
     "{{ none|string }}|{{ true ~ 1 }}|{{ 1.0 }}|{{ -0.0 }}|{{ 100000000000000000000.0 }}|{{ 1e16 }}|{{ 1e15 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 1.5e300 * 1e10 }}|{{ [1] == [1.0] }}|{{ 1 == true }}|{{ '1' == 1 }}|{{ {'a':1} == {'a':1} }}",
     "{{ '\\n' }}|{{ '\\\\n' }}|{{ 'tab\\there' }}|{{ \"\\u00e9\\x41\\101\" }}|{{ 'a\\qb' }}|{{ 'a-b-c'.rsplit('-', 1) }}|{{ 'A B'.split(none, 1) }}|{{ 'xxhixx'.strip('x') }}",
+    "{% macro m(a) %}{{ a }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, x=4) }}|{{ m(1) }}",
+    "{% macro wrap(t) %}[{{ t }}:{{ caller() }}]{% endmacro %}{% call wrap('w') %}inner {{ 1 + 1 }}{% endcall %}",
+    "{% macro each(items) %}{% for i in items %}{{ caller(i, loop.index) }}{% endfor %}{% endmacro %}{% set pre = '>' %}{% call(x, n) each(['a','b']) %}{{ pre }}{{ n }}{{ x }};{% endcall %}",
+    "{% for x in [1,1,2,3,3] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}",
+    "{{ [1,2,3,4,5]|batch(2)|list }}|{{ [1,2,3,4,5]|batch(2, 'x')|list }}|{{ [1,2,3,4,5]|slice(2)|list }}|{{ [1,2,3,4,5,6,7]|slice(3, 0)|list }}",
+    "{{ 'hello world foo bar'|truncate(11) }}|{{ 'hello world foo bar'|truncate(11, true) }}|{{ 'hello world foo bar'|truncate(9, false, '!', 0) }}|{{ 'short'|truncate(3, leeway=3) }}|{{ 'héllo wörld'|truncate(8, leeway=0) }}",
+    "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}",
 };
 
 static const char SNIPPET_VARS[] =
@@ -160,7 +167,7 @@ TEST(chat_template_errors_name_construct_and_position) {
     static const struct { const char *src; const char *want1; const char *want2; } cases[] = {
         {"{% do x %}", "unsupported tag '{% do %}'", ":1:4:"},
         {"ab\n {% raw %}x{% endra %}", "missing '{% endraw %}'", ":2:2:"},
-        {"line one\n  {% call foo() %}{% endcall %}", "'{% call %}'", ":2:6:"},
+        {"line one\n  {% extends 'base.html' %}", "'{% extends %}'", ":2:6:"},
         {"{{ x | nosuchfilter }}", "unsupported filter 'nosuchfilter'", ":1:8:"},
         {"{% for x in y %}\n{% for z in x %}{{ z }}{% endfor %}", "missing '{% endfor %}'", "opened at 1:4"},
         {"{% if a %}x{% else %}y{% elif b %}z{% endif %}", "unexpected tag 'elif'", ":1:26:"},

@@ -107,7 +107,7 @@ struct jv_dict { size_t n, cap; jv *keys; jv *vals; };
 typedef enum jnode_kind {
     /* statements */
     JN_BODY, JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK, JN_CONTINUE,
-    JN_FILTER_BLOCK, JN_GENERATION, JN_WITH,
+    JN_FILTER_BLOCK, JN_GENERATION, JN_WITH, JN_CALL_BLOCK,
     /* expressions */
     JN_CONST, JN_NAME, JN_GETATTR, JN_GETITEM, JN_SLICE, JN_CALL, JN_FILTER, JN_TEST, JN_BINOP,
     JN_COMPARE, JN_NOT, JN_NEG, JN_POS, JN_AND, JN_OR, JN_COND, JN_LIST, JN_TUPLE, JN_DICT,
@@ -142,7 +142,8 @@ struct jnode {
 /* Field use per statement: IF a=cond b=then c=else (a BODY or an IF for elif); FOR a=target b=iter
  * c=filter d=body e=else; SET a=target b=value; SET_BLOCK a=target d=body e=filter chain (input NULL);
  * MACRO d=body; FILTER_BLOCK a=filter chain (innermost input NULL) d=body; GENERATION d=body;
- * WITH names/kw_vals = the assignments, d=body.
+ * WITH names/kw_vals = the assignments, d=body; CALL_BLOCK a=the call, b=the caller (a MACRO node).
+ * A MACRO's op has bits JMACRO_VARARGS/KWARGS/CALLER when its body reads varargs/kwargs/caller.
  * Expressions: GETATTR a=obj; GETITEM a=obj b=key; SLICE a=obj b/c/d=start/stop/step (may be NULL);
  * CALL a=callee; FILTER/TEST a=input; BINOP/COMPARE/AND/OR a,b; NOT/NEG/POS a; COND a=then b=cond c=else. */
 
@@ -241,7 +242,7 @@ jv jinja_apply_filter(jctx *c, const jnode *at, int id, jv input, const jargs *a
 bool jinja_apply_test(jctx *c, const jnode *at, int id, jv input, const jargs *args);
 /* Calls a callable (builtin global, bound method, macro through jinja_call_macro). */
 jv jinja_call(jctx *c, const jnode *at, jv fn, const jargs *args);
-jv jinja_call_macro(jctx *c, const jnode *at, const jnode *macro, const jargs *args);
+jv jinja_call_macro(jctx *c, const jnode *at, const jv_callable *macro, const jargs *args);
 /* Looks up a builtin global (range, namespace, dict, raise_exception, strftime_now, ...). */
 bool jinja_builtin_global(const char *name, size_t len, jv *out);
 /* Iterates v as Python would for a `for` loop into a list value (dict -> keys, string -> chars). */
@@ -252,13 +253,17 @@ struct jv_callable {
     int id;
     jv self;             /* bound methods: the receiver */
     const jnode *macro;
+    jscope *closure;     /* macros: the scope the body runs under (NULL = the template's top level) */
 };
+enum { JMACRO_VARARGS = 1, JMACRO_KWARGS = 2, JMACRO_CALLER = 4 };
 enum { JFN_GLOBAL, JFN_METHOD, JFN_MACRO, JFN_UNSAFE };
 
 struct jv_loop {
     int64_t index0, length;
     jv items;            /* the list iterated */
     int depth;
+    bool has_changed;    /* loop.changed(): a previous value was seen */
+    jv changed_last;
 };
 
 #endif

@@ -711,7 +711,7 @@ enum {
     M_ISSPACE, M_ISUPPER, M_ISLOWER, M_FORMAT,
     M_ITEMS, M_KEYS, M_VALUES, M_GET, M_COPY,
     M_INDEX, M_LCOUNT,
-    M_CYCLE,
+    M_CYCLE, M_CHANGED,
 };
 
 typedef struct method_def { uint8_t type; const char *name; int id; } method_def;
@@ -1160,6 +1160,17 @@ static jv call_method(jctx *c, const jnode *at, const jv_callable *fn, const jar
         if (fn->id == M_INDEX) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "list.index: value is not in list");
         return jv_int(n);
     }
+    case M_CHANGED: {
+        if (args->n_kw) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "loop.changed takes positional arguments");
+        jv t = jv_new_list(c, at, args->n_pos);
+        for (size_t i = 0; i < args->n_pos; i++) jv_list_push(c, at, t, args->pos[i]);
+        t.flags = JVF_TUPLE;
+        jv_loop *lp = self.u.loop;
+        bool changed = !lp->has_changed || !jv_equal(lp->changed_last, t);
+        lp->has_changed = true;
+        lp->changed_last = t;
+        return jv_bool(changed);
+    }
     case M_CYCLE: {
         if (!args->n_pos) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "loop.cycle needs at least one argument");
         return args->pos[self.u.loop->index0 % (int64_t)args->n_pos];
@@ -1193,7 +1204,15 @@ static jv loop_attr(jctx *c, const jnode *at, jv obj, const char *name, size_t l
         v.u.fn = fn;
         return v;
     }
-    if (IS("changed")) jctx_fail(c, at, KILN_ERR_UNSUPPORTED, "loop.changed() is not supported");
+    if (IS("changed")) {
+        jv_callable *fn = jctx_alloc(c, at, sizeof *fn);
+        fn->kind = JFN_METHOD;
+        fn->id = M_CHANGED;
+        fn->self = obj;
+        jv v = {.type = JV_CALLABLE};
+        v.u.fn = fn;
+        return v;
+    }
     #undef IS
     return jv_undefined(name, len);
 }
@@ -1266,8 +1285,8 @@ jv jinja_getitem(jctx *c, const jnode *at, jv obj, jv key) {
 
 enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME };
 static jv_callable GLOBALS[] = {
-    {JFN_GLOBAL, G_RANGE, {0}, NULL}, {JFN_GLOBAL, G_NAMESPACE, {0}, NULL}, {JFN_GLOBAL, G_DICT, {0}, NULL},
-    {JFN_GLOBAL, G_RAISE, {0}, NULL}, {JFN_GLOBAL, G_STRFTIME, {0}, NULL},
+    {JFN_GLOBAL, G_RANGE, {0}, NULL, NULL}, {JFN_GLOBAL, G_NAMESPACE, {0}, NULL, NULL}, {JFN_GLOBAL, G_DICT, {0}, NULL, NULL},
+    {JFN_GLOBAL, G_RAISE, {0}, NULL, NULL}, {JFN_GLOBAL, G_STRFTIME, {0}, NULL, NULL},
 };
 static const char *const GLOBAL_NAMES[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
 
@@ -1353,7 +1372,7 @@ jv jinja_call(jctx *c, const jnode *at, jv fn, const jargs *args) {
     switch (fn.u.fn->kind) {
     case JFN_GLOBAL: return call_global(c, at, fn.u.fn->id, args);
     case JFN_METHOD: return call_method(c, at, fn.u.fn, args);
-    case JFN_MACRO: return jinja_call_macro(c, at, fn.u.fn->macro, args);
+    case JFN_MACRO: return jinja_call_macro(c, at, fn.u.fn, args);
     default: jctx_fail(c, at, KILN_ERR_INTERNAL, "bad callable");
     }
 }
@@ -1466,7 +1485,7 @@ enum {
     F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT, F_INT,
     F_ITEMS, F_JOIN, F_LAST, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE,
     F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE,
-    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE, F_FORMAT, F_CENTER,
+    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE, F_FORMAT, F_CENTER, F_BATCH, F_SLICE, F_TRUNCATE,
 };
 static const struct { const char *name; int id; } FILTERS[] = {
     {"abs", F_ABS}, {"attr", F_ATTR}, {"capitalize", F_CAPITALIZE}, {"count", F_COUNT}, {"length", F_COUNT},
@@ -1477,7 +1496,8 @@ static const struct { const char *name; int id; } FILTERS[] = {
     {"reverse", F_REVERSE}, {"round", F_ROUND}, {"safe", F_SAFE}, {"select", F_SELECT},
     {"selectattr", F_SELECTATTR}, {"sort", F_SORT}, {"string", F_STRING}, {"sum", F_SUM}, {"title", F_TITLE},
     {"tojson", F_TOJSON}, {"trim", F_TRIM}, {"unique", F_UNIQUE}, {"upper", F_UPPER},
-    {"wordcount", F_WORDCOUNT}, {"format", F_FORMAT}, {"center", F_CENTER},
+    {"wordcount", F_WORDCOUNT}, {"format", F_FORMAT}, {"center", F_CENTER}, {"batch", F_BATCH}, {"slice", F_SLICE},
+    {"truncate", F_TRUNCATE},
 };
 
 int jinja_filter_id(const char *name, size_t len) {
@@ -1798,7 +1818,7 @@ jv jinja_apply_filter(jctx *c, const jnode *at, int id, jv v, const jargs *args)
         no_args(c, at, "items", args);
         if (v.type == JV_UNDEFINED) return jv_new_list(c, at, 0);
         if (v.type != JV_DICT) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "items: expected a mapping, got %s", jv_type_name(v));
-        jv_callable fn = {JFN_METHOD, M_ITEMS, v, NULL};
+        jv_callable fn = {JFN_METHOD, M_ITEMS, v, NULL, NULL};
         jargs none = {0};
         jv r = call_method(c, at, &fn, &none);
         r.flags = JVF_GENERATOR;
@@ -1965,6 +1985,68 @@ jv jinja_apply_filter(jctx *c, const jnode *at, int id, jv v, const jargs *args)
         for (size_t k = 0; k < args->n_pos; k++) jv_list_push(c, at, t, args->pos[k]);
         t.flags = JVF_TUPLE;
         return jinja_percent_format(c, at, fmt, t);
+    }
+    case F_BATCH: case F_SLICE: {
+        BIND(id == F_BATCH ? "batch" : "slice", 1, "count", "fill_with");
+        int64_t k = need_int(c, at, "batch/slice", p[0]);
+        if (k <= 0) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "%s: count must be positive", id == F_BATCH ? "batch" : "slice");
+        bool fill = have[1] && p[1].type != JV_NONE;
+        jv l = jinja_iter_list(c, at, v);
+        size_t n = l.u.list->n;
+        jv out = jv_new_list(c, at, 4);
+        out.flags = JVF_GENERATOR;
+        if (id == F_BATCH) {
+            for (size_t i = 0; i < n; i += (size_t)k) {
+                jv row = jv_new_list(c, at, (size_t)k);
+                for (size_t j = i; j < n && j < i + (size_t)k; j++) jv_list_push(c, at, row, l.u.list->items[j]);
+                if (fill) while (row.u.list->n < (size_t)k) jv_list_push(c, at, row, p[1]);
+                jv_list_push(c, at, out, row);
+            }
+            return out;
+        }
+        if (k > 100000) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "slice: too many slices");
+        size_t per = n / (size_t)k, extra = n % (size_t)k, offset = 0;
+        for (size_t sn = 0; sn < (size_t)k; sn++) {
+            size_t start = offset + sn * per;
+            if (sn < extra) offset++;
+            size_t end = offset + (sn + 1) * per;
+            jv row = jv_new_list(c, at, end - start + 1);
+            for (size_t j = start; j < end; j++) jv_list_push(c, at, row, l.u.list->items[j]);
+            if (fill && sn >= extra) jv_list_push(c, at, row, p[1]);
+            jv_list_push(c, at, out, row);
+        }
+        return out;
+    }
+    case F_TRUNCATE: {
+        BIND("truncate", 0, "length", "killwords", "end", "leeway");
+        jv str = jv_stringify(c, at, v);
+        int64_t length = have[0] ? need_int(c, at, "truncate", p[0]) : 255;
+        jv end = have[2] ? need_str(c, at, "truncate", p[2]) : jv_str("...", 3);
+        int64_t leeway = have[3] && p[3].type != JV_NONE ? need_int(c, at, "truncate", p[3]) : 5;
+        int64_t n_end = (int64_t)jinja_utf8_count(end.u.s, end.len);
+        if (length < n_end) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "truncate: expected length >= %lld, got %lld", (long long)n_end, (long long)length);
+        if (leeway < 0) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "truncate: expected leeway >= 0");
+        size_t n_cp;
+        size_t *offs = NULL;
+        n_cp = jinja_utf8_count(str.u.s, str.len);
+        if ((int64_t)n_cp <= length + leeway) return str;
+        offs = jctx_alloc(c, at, (n_cp + 1) * sizeof(size_t));
+        size_t q = 0, k = 0;
+        while (q < str.len) { offs[k++] = q; utf8_next(str.u.s, str.len, &q); }
+        offs[k] = str.len;
+        size_t cut = offs[length - n_end];
+        jv head = jv_str(str.u.s, cut);
+        if (!opt_bool(c, at, p[1], false)) {
+            /* rsplit(" ", 1)[0] */
+            const char *sp = NULL;
+            for (size_t i = cut; i-- > 0;) if (str.u.s[i] == ' ') { sp = str.u.s + i; break; }
+            if (sp) head = jv_str(str.u.s, (size_t)(sp - str.u.s));
+        }
+        jbuf b;
+        jbuf_init(&b, c, at);
+        jbuf_add(&b, head.u.s, head.len);
+        jbuf_add(&b, end.u.s, end.len);
+        return jbuf_value(&b);
     }
     case F_CENTER: {
         BIND("center", 0, "width");

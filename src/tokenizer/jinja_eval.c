@@ -810,6 +810,29 @@ static signal_t exec_stmt(jctx *c, const jnode *n, jscope *s) {
         assign(c, n->a, s, v);
         return SIG_NONE;
     }
+    case JN_CALL_BLOCK: {
+        jv_callable *caller = jctx_alloc(c, n, sizeof *caller);
+        caller->kind = JFN_MACRO;
+        caller->macro = n->b;
+        caller->closure = s;
+        const jnode *call = n->a;
+        jv fn = eval(c, call->a, s);
+        jargs a;
+        eval_args(c, call, s, &a);
+        const char **names = jctx_alloc(c, n, (a.n_kw + 1) * sizeof(char *));
+        uint32_t *lens = jctx_alloc(c, n, (a.n_kw + 1) * sizeof(uint32_t));
+        jv *kv = jctx_alloc(c, n, (a.n_kw + 1) * sizeof(jv));
+        for (size_t k = 0; k < a.n_kw; k++) { names[k] = a.kw_names[k]; lens[k] = a.kw_lens[k]; kv[k] = a.kw_vals[k]; }
+        names[a.n_kw] = "caller";
+        lens[a.n_kw] = 6;
+        kv[a.n_kw] = (jv){.type = JV_CALLABLE, .u.fn = caller};
+        a.kw_names = names;
+        a.kw_lens = lens;
+        a.kw_vals = kv;
+        a.n_kw++;
+        out_value(c, n, jinja_call(c, call, fn, &a));
+        return SIG_NONE;
+    }
     case JN_MACRO: {
         jv_callable *fn = jctx_alloc(c, n, sizeof *fn);
         fn->kind = JFN_MACRO;
@@ -849,21 +872,30 @@ static signal_t exec_body(jctx *c, const jnode *body, jscope *s) {
     return sig;
 }
 
-jv jinja_call_macro(jctx *c, const jnode *at, const jnode *m, const jargs *a) {
+jv jinja_call_macro(jctx *c, const jnode *at, const jv_callable *fn, const jargs *a) {
+    const jnode *m = fn->macro;
     if (c->macro_depth >= JINJA_MAX_MACRO_DEPTH) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "macro calls nested too deeply (limit %d)", JINJA_MAX_MACRO_DEPTH);
-    jscope *ms = scope_new(c, c->root);
+    jscope *ms = scope_new(c, fn->closure ? fn->closure : c->root);
     uint32_t np = m->n_kw;
-    if (a->n_pos > np)
+    if (a->n_pos > np && !(m->op & JMACRO_VARARGS))
         jctx_fail(c, at, KILN_ERR_INVALID_ARG, "macro '%.*s' takes at most %u arguments (%zu given)", (int)m->value.len, m->value.u.s, np, a->n_pos);
     bool *have = jctx_alloc(c, at, (np ? np : 1) * sizeof(bool));
     jv *vals = jctx_alloc(c, at, (np ? np : 1) * sizeof(jv));
-    for (size_t i = 0; i < a->n_pos; i++) { vals[i] = a->pos[i]; have[i] = true; }
+    jv varargs = jv_new_list(c, at, 0), kwargs = jv_new_dict(c, at, 0), caller = jv_undefined("caller", 6);
+    varargs.flags = JVF_TUPLE;
+    for (size_t i = 0; i < a->n_pos; i++) {
+        if (i < np) { vals[i] = a->pos[i]; have[i] = true; }
+        else jv_list_push(c, at, varargs, a->pos[i]);
+    }
     for (size_t k = 0; k < a->n_kw; k++) {
         uint32_t i;
         for (i = 0; i < np; i++)
             if (m->name_lens[i] == a->kw_lens[k] && !memcmp(m->names[i], a->kw_names[k], a->kw_lens[k])) break;
-        if (i == np)
+        if (i == np) {
+            if ((m->op & JMACRO_CALLER) && a->kw_lens[k] == 6 && !memcmp(a->kw_names[k], "caller", 6)) { caller = a->kw_vals[k]; continue; }
+            if (m->op & JMACRO_KWARGS) { jv_dict_set(c, at, kwargs, jv_str(a->kw_names[k], a->kw_lens[k]), a->kw_vals[k]); continue; }
             jctx_fail(c, at, KILN_ERR_INVALID_ARG, "macro '%.*s' has no parameter '%.*s'", (int)m->value.len, m->value.u.s, (int)a->kw_lens[k], a->kw_names[k]);
+        }
         if (have[i]) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "macro '%.*s' got parameter '%.*s' twice", (int)m->value.len, m->value.u.s, (int)a->kw_lens[k], a->kw_names[k]);
         vals[i] = a->kw_vals[k];
         have[i] = true;
@@ -875,6 +907,9 @@ jv jinja_call_macro(jctx *c, const jnode *at, const jnode *m, const jargs *a) {
         else v = jv_undefined(m->names[i], m->name_lens[i]);
         scope_set(c, at, ms, m->names[i], m->name_lens[i], v);
     }
+    if (m->op & JMACRO_VARARGS) scope_set(c, at, ms, "varargs", 7, varargs);
+    if (m->op & JMACRO_KWARGS) scope_set(c, at, ms, "kwargs", 6, kwargs);
+    if (m->op & JMACRO_CALLER) scope_set(c, at, ms, "caller", 6, caller);
     jv out;
     c->macro_depth++;
     render_into(c, m->d, ms, &out);

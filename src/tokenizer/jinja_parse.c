@@ -1078,12 +1078,25 @@ static jnode *parse_set(parser *p, uint32_t off) {
     return n;
 }
 
-static jnode *parse_macro(parser *p, uint32_t off) {
-    tok *nt = cur(p);
-    if (nt->type != T_NAME) fail_at(p, nt->off, "expected a macro name");
-    jnode *n = new_node(p, JN_MACRO, off);
-    n->value = name_value(nt);
-    advance(p);
+/* Bits of JMACRO_* for the names varargs/kwargs/caller read in body (nested macros excluded). */
+static uint16_t macro_uses(const jnode *n, int depth) {
+    if (!n || depth > 4 * JINJA_MAX_NESTING) return 0;
+    if (n->kind == JN_NAME) {
+        if (n->value.len == 7 && !memcmp(n->value.u.s, "varargs", 7)) return JMACRO_VARARGS;
+        if (n->value.len == 6 && !memcmp(n->value.u.s, "kwargs", 6)) return JMACRO_KWARGS;
+        if (n->value.len == 6 && !memcmp(n->value.u.s, "caller", 6)) return JMACRO_CALLER;
+        return 0;
+    }
+    if (n->kind == JN_MACRO) return 0;
+    uint16_t r = macro_uses(n->a, depth + 1) | macro_uses(n->b, depth + 1) | macro_uses(n->c, depth + 1) |
+                 macro_uses(n->d, depth + 1) | macro_uses(n->e, depth + 1);
+    for (uint32_t i = 0; i < n->n_items; i++) r |= macro_uses(n->items[i], depth + 1);
+    if (n->kw_vals) for (uint32_t i = 0; i < n->n_kw; i++) r |= macro_uses(n->kw_vals[i], depth + 1);
+    return r;
+}
+
+/* The parameter list "(a, b=1)" of a macro or a call block's caller into n (names, defaults). */
+static void parse_params(parser *p, jnode *n, const tok *nt) {
     expect_op(p, "(");
     nodevec defaults = {0};
     const char *names[64];
@@ -1094,7 +1107,7 @@ static jnode *parse_macro(parser *p, uint32_t off) {
         if (count) expect_op(p, ",");
         if (at_op(p, ")")) break;
         tok *a = cur(p);
-        if (a->type != T_NAME) fail_at(p, a->off, "expected a parameter name in macro '%.*s'", (int)nt->len, nt->s);
+        if (a->type != T_NAME) fail_at(p, a->off, "expected a parameter name in '%.*s'", (int)nt->len, nt->s);
         if (count >= 64) fail_at(p, a->off, "too many macro parameters");
         names[count] = a->s;
         lens[count] = a->len;
@@ -1111,7 +1124,6 @@ static jnode *parse_macro(parser *p, uint32_t off) {
         count++;
     }
     advance(p);
-    expect_block_end(p);
     n->items = defaults.v;
     n->n_items = count;
     n->n_kw = count;
@@ -1121,11 +1133,22 @@ static jnode *parse_macro(parser *p, uint32_t off) {
         memcpy(n->names, names, count * sizeof(char *));
         memcpy(n->name_lens, lens, count * sizeof(uint32_t));
     }
+}
+
+static jnode *parse_macro(parser *p, uint32_t off) {
+    tok *nt = cur(p);
+    if (nt->type != T_NAME) fail_at(p, nt->off, "expected a macro name");
+    jnode *n = new_node(p, JN_MACRO, off);
+    n->value = name_value(nt);
+    advance(p);
+    parse_params(p, n, nt);
+    expect_block_end(p);
     static const char *const ends[] = {"endmacro"};
     int saved = p->loop_depth;
     p->loop_depth = 0;
     n->d = parse_body(p, ends, 1, "macro", off);
     p->loop_depth = saved;
+    n->op = macro_uses(n->d, 0);
     advance(p);
     if (cur(p)->type == T_NAME) advance(p); /* {% endmacro name %} */
     expect_block_end(p);
@@ -1159,6 +1182,25 @@ static jnode *parse_statement(parser *p) {
         expect_block_end(p);
         static const char *const ends[] = {"endfilter"};
         n->d = parse_body(p, ends, 1, "filter", off);
+        advance(p);
+        expect_block_end(p);
+    } else if (at_name(p, "call")) {
+        tok *ct = cur(p);
+        advance(p);
+        n = new_node(p, JN_CALL_BLOCK, off);
+        jnode *caller = new_node(p, JN_MACRO, off);
+        caller->value = jv_str("caller", 6);
+        if (at_op(p, "(")) parse_params(p, caller, ct);
+        n->a = parse_expression(p, true);
+        if (n->a->kind != JN_CALL) fail_at(p, off, "'{%% call %%}' needs a call expression");
+        n->b = caller;
+        expect_block_end(p);
+        static const char *const ends[] = {"endcall"};
+        int saved = p->loop_depth;
+        p->loop_depth = 0;
+        caller->d = parse_body(p, ends, 1, "call", off);
+        p->loop_depth = saved;
+        caller->op = macro_uses(caller->d, 0);
         advance(p);
         expect_block_end(p);
     } else if (at_name(p, "with")) {
@@ -1202,8 +1244,8 @@ static jnode *parse_statement(parser *p) {
         advance(p);
         expect_block_end(p);
     } else {
-        static const char *const known[] = {"call", "include", "import", "from", "extends", "block", "do",
-                                            "autoescape", "trans", "endraw"};
+        static const char *const known[] = {"include", "import", "from", "extends", "block", "do", "autoescape",
+                                            "trans", "endraw"};
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             if (at_name(p, known[k])) fail_at(p, off, "unsupported tag '{%% %s %%}'", known[k]);
         fail_at(p, off, "unknown or unexpected tag '%.*s'", (int)(t->len > 40 ? 40 : t->len), t->s);
@@ -1288,6 +1330,11 @@ static void validate(parser *p, const jnode *n, bool soft, int depth) {
         validate(p, n->c, false, depth + 1);
         validate(p, n->d, false, depth + 1);
         validate(p, n->e, false, depth + 1);
+        return;
+    }
+    if (n->kind == JN_CALL_BLOCK) {
+        validate(p, n->a, soft, depth + 1);
+        validate(p, n->b, false, depth + 1);
         return;
     }
     if (n->kind == JN_WITH) {
