@@ -474,8 +474,8 @@ TEST(cuda_open_reports_its_phases) {
     CHECK(si.n_kernels > 10);
     CHECK(si.graph_nodes > 5 * m->hp.n_layer);
     CHECK(si.file_weight_bytes > 0);
-    printf("  arena %.1f MiB, upload %.2f GB/s, %d kernels, %d graph nodes\n", si.arena_bytes / 1048576.0,
-           si.upload_gbps, si.n_kernels, si.graph_nodes);
+    printf("  arena %.1f MiB, upload %.2f GB/s, %d kernels, %d graph nodes, %d PDL edges\n", si.arena_bytes / 1048576.0,
+           si.upload_gbps, si.n_kernels, si.graph_nodes, si.graph_pdl_edges);
     kiln_backend_cuda()->close(sg);
     kiln_model_close(m);
 }

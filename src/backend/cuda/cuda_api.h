@@ -46,7 +46,8 @@ typedef struct kiln_cuda_session_info {
     int n_converted;           /* weights converted at open (types without a kernel) */
     char converted[256];       /* e.g. "q5_1->f16 x14" */
     int n_kernels;             /* kernels loaded at open */
-    int graph_nodes;           /* kernels in the decode graph */
+    int graph_nodes;           /* nodes (kernels and copies) in the decode graph */
+    int graph_pdl_edges;       /* its programmatic-dependent-launch edges */
 } kiln_cuda_session_info;
 void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
 

@@ -95,7 +95,7 @@ typedef struct cuda_state {
     cudaGraph_t graph;
     cudaGraphExec_t gexec;
     bool use_graph;
-    int graph_nodes;
+    int graph_nodes, graph_pdl_edges;
 
     uint8_t *arena;
     size_t arena_bytes, weight_bytes, scratch_off;
@@ -611,9 +611,18 @@ static kiln_status capture_graph(cuda_state *s) {
     cudaError_t e = cudaStreamEndCapture(s->stream, &s->graph);
     kiln_count_graph_capture();
     if (e != cudaSuccess) return cuda_fail(e, "graph capture");
-    size_t n_nodes = 0;
+    size_t n_nodes = 0, n_edges = 0;
     cudaGraphGetNodes(s->graph, NULL, &n_nodes);
     s->graph_nodes = (int)n_nodes;
+    /* how many of the graph's edges are programmatic (PDL) ones */
+    if (cudaGraphGetEdges(s->graph, NULL, NULL, NULL, &n_edges) == cudaSuccess && n_edges) {
+        cudaGraphNode_t *ends = (cudaGraphNode_t *)kiln_malloc(2 * n_edges * sizeof(cudaGraphNode_t));
+        cudaGraphEdgeData *ed = (cudaGraphEdgeData *)kiln_malloc(n_edges * sizeof(cudaGraphEdgeData));
+        if (ends && ed && cudaGraphGetEdges(s->graph, ends, ends + n_edges, ed, &n_edges) == cudaSuccess)
+            for (size_t i = 0; i < n_edges; i++) s->graph_pdl_edges += ed[i].type == cudaGraphDependencyTypeProgrammatic;
+        kiln_free(ends);
+        kiln_free(ed);
+    }
     CU_TRY(cudaGraphInstantiate(&s->gexec, s->graph, 0), "graph instantiate");
     kiln_count_graph_capture();
     CU_TRY(cudaGraphUpload(s->gexec, s->stream), "graph upload");
@@ -841,6 +850,7 @@ extern "C" void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *
     if (s->n_converted) snprintf(out->converted, sizeof out->converted, "%.200s x%d", s->converted, s->n_converted);
     out->n_kernels = s->n_kernels;
     out->graph_nodes = s->graph_nodes;
+    out->graph_pdl_edges = s->graph_pdl_edges;
 }
 
 /* ------------------------------------------------------------------ single kernels for the tests */

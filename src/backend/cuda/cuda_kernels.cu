@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
     __shared__ int redi[MV_WARPS];
     __shared__ int last_block;
     __shared__ float kpart[MV_WARPS][2];
+    __shared__ float nred[MV_WARPS];
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int in_pad = (in + 15) & ~15, NU = in_pad >> 4, NUP = NU | 1; /* odd stride: no bank conflicts */
     const bool dual = a.pair == MV_PAIR_DUAL;
@@ -274,14 +275,20 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
             ss += v * v;
         }
     }
-    if (norm) {
-        const float tot = block_sum(ss, red);
-        const float scale = 1.0f / sqrtf(tot / (float)in + a.eps);
-        for (int i = tid; i < in; i += MV_THREADS) XS(i) *= scale;
+    if (norm) { /* RMSNorm: xs holds x * w; the products are scaled once, at the end */
+        ss = warp_sum(ss);
+        if (lane == 0) nred[warp] = ss;
     }
     for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
 #undef XS
     __syncthreads();
+    float scale = 1.0f;
+    if (norm) {
+        float tot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MV_WARPS; i++) tot += nred[i];
+        scale = 1.0f / sqrtf(tot / (float)in + a.eps);
+    }
 
     /* the second row's matrix: w1 (same type and shape) in dual mode, else w0; built from scalars so that
      * the selection stays in registers */
@@ -347,6 +354,8 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const mv_args a) {
             __syncthreads();
         }
         if (!lead) continue;
+        acc0 *= scale;
+        acc1 *= scale;
         switch (a.epi) {
         case MV_EPI_STORE:
             a.y[r0] = acc0;
