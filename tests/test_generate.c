@@ -106,7 +106,7 @@ TEST(generate_stories260K_prompt_once_upon_a_time) {
     kiln_model *m;
     kiln_session *s;
     REQUIRE_OK(kiln_model_open(test_shared("models/stories260K/stories260K.gguf"), &m));
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2}, &s));
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2, .device = KILN_DEVICE_CPU}, &s));
     int32_t prompt[64];
     size_t np;
     REQUIRE_OK(kiln_tokenize(m, "Once upon a time", 16, KILN_TOK_ADD_BOS, prompt, 64, &np));
@@ -179,7 +179,7 @@ TEST(generate_every_quant_matches_llamacpp_greedy) {
         kiln_status st = kiln_model_open(test_shared(r.model), &m);
         CHECKF(st == KILN_OK, "%s: %s", r.model, kiln_last_error());
         if (st != KILN_OK) { json_decref(r.root); continue; }
-        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2}, &s));
+        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2, .device = KILN_DEVICE_CPU}, &s));
         int32_t ids[128];
         size_t n;
         bool finite;
@@ -215,7 +215,7 @@ TEST(generate_random_llama2_vocab_no_nan) {
     kiln_model *m;
     kiln_session *s;
     REQUIRE_OK(kiln_model_open(test_shared("models/random/llama-2-tiny-random.gguf"), &m));
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 2}, &s));
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 2, .device = KILN_DEVICE_CPU}, &s));
     int32_t prompt[64];
     size_t np;
     const char *text = "The quick brown fox jumps over the lazy dog.";
@@ -236,7 +236,7 @@ TEST(gate_cpu_no_allocation_after_open) {
     kiln_model *m;
     kiln_session *s;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2}, &s));
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .n_threads = 2, .device = KILN_DEVICE_CPU}, &s));
     int32_t prompt[] = {1, 300, 400, 500, 600, 700, 800, 900, 1000, 1100, 1200, 1300, 1400};
     const float *logits;
     uint64_t before = test_heap_calls();
@@ -263,7 +263,7 @@ TEST(session_context_overflow_is_an_error) {
     kiln_model *m;
     kiln_session *s;
     REQUIRE_OK(kiln_model_open(test_shared("models/stories260K/stories260K.gguf"), &m));
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 16, .n_threads = 1}, &s));
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 16, .n_threads = 1, .device = KILN_DEVICE_CPU}, &s));
     int32_t ids[20];
     for (int i = 0; i < 20; i++) ids[i] = 1 + i;
     const float *logits = (const float *)1;
@@ -289,7 +289,7 @@ TEST(session_reset_reproduces_logits) {
     kiln_model *m;
     kiln_session *s;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 2, .max_batch = 4}, &s));
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 2, .max_batch = 4, .device = KILN_DEVICE_CPU}, &s));
     int32_t ids[] = {1, 42, 43, 44, 45, 46, 47, 48, 49, 50}; /* 10 tokens in chunks of 4 */
     const float *logits;
     static float a[2048], b[2048];
