@@ -272,7 +272,7 @@ static void lex_tag(parser *p, size_t *i, bool is_block, uint32_t tag_off, bool 
         if (sp == 0) {
             size_t m = k;
             char mod = 0;
-            if ((s[m] == '-' || s[m] == '+') && m + 2 < p->len + 1 && !strncmp(s + m + 1, end, 2)) mod = s[m++];
+            if ((s[m] == '-' || (s[m] == '+' && is_block)) && m + 2 < p->len && !strncmp(s + m + 1, end, 2)) mod = s[m++];
             if (m + 1 < p->len && !strncmp(s + m, end, 2)) {
                 push_tok(p, is_block ? T_BLOCK_END : T_VAR_END, (uint32_t)k, s + k, m + 2 - k);
                 k = m + 2;
