@@ -315,3 +315,59 @@ TEST(chat_template_matches_jinja2) {
     json_decref(convs);
     free(tf);
 }
+
+/* Pseudo-random conversations (tests/render_jinja.py --random-conversations, fixed seed): every
+ * published template must agree with jinja2 on each of them (same string, or both fail). */
+TEST(chat_template_random_conversations_match_jinja2) {
+    char conv_path[1024], cmd[2048];
+    snprintf(conv_path, sizeof conv_path, "%s/random.json", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "python3 tests/render_jinja.py --random-conversations 20261129 %d '%s' 2>&1", 30, conv_path);
+    char *out = NULL;
+    int rc = test_run_cmd(cmd, &out);
+    REQUIREF(rc == 0, "python3 with jinja2 is required: %s", out ? out : "");
+    free(out);
+    json_t *convs = json_load_file(conv_path, 0, NULL);
+    REQUIRE(json_is_array(convs) && json_array_size(convs) == 30);
+    tmpl_file *tf = calloc(MAX_TEMPLATES, sizeof *tf);
+    int n_t = collect_templates(tf, MAX_TEMPLATES);
+    json_t *jobs = json_array();
+    for (int i = 0; i < n_t; i++) {
+        if (!tf[i].published) continue;
+        size_t c;
+        json_t *v;
+        json_array_foreach(convs, c, v) json_array_append_new(jobs, json_pack("{s:s, s:O}", "template", tf[i].path, "vars", v));
+    }
+    json_t *res = render_with_jinja2(jobs);
+    if (!res) { json_decref(jobs); json_decref(convs); free(tf); return; }
+    int same = 0, both_err = 0, differ = 0;
+    size_t n_conv = json_array_size(convs), j = 0;
+    for (int i = 0; i < n_t; i++) {
+        if (!tf[i].published) continue;
+        kiln_chat_template *t = NULL;
+        kiln_status pst = kiln_chat_template_load_file(tf[i].path, &t);
+        CHECKF(pst == KILN_OK, "%s: %s", tf[i].name, kiln_last_error());
+        for (size_t c = 0; c < n_conv; c++, j++) {
+            json_t *r = json_array_get(res, j);
+            bool py_ok = json_is_true(json_object_get(r, "ok"));
+            char *text = NULL;
+            size_t len = 0;
+            kiln_status st = t ? kiln_chat_render_vars(t, json_array_get(convs, c), NOW, &text, &len) : pst;
+            const char *ref = json_string_value(json_object_get(r, "text"));
+            if (py_ok && st == KILN_OK && json_string_length(json_object_get(r, "text")) == len && !memcmp(ref, text, len)) same++;
+            else if (!py_ok && st != KILN_OK) both_err++;
+            else {
+                differ++;
+                CHECKF(0, "%s, random conversation %zu: jinja2 %s, kiln %s", tf[i].name, c,
+                       py_ok ? "rendered" : json_string_value(json_object_get(r, "error")), st == KILN_OK ? "rendered (differently)" : kiln_last_error());
+            }
+            kiln_free(text);
+        }
+        kiln_chat_template_free(t);
+    }
+    printf("  random conversations x published templates: %d identical, %d failing in both, %d differing\n", same, both_err, differ);
+    CHECK(same > both_err);
+    json_decref(res);
+    json_decref(jobs);
+    json_decref(convs);
+    free(tf);
+}
