@@ -76,6 +76,7 @@ static const char *const SNIPPETS[] = {
     "{{ [1,2,3,4,5]|batch(2)|list }}|{{ [1,2,3,4,5]|batch(2, 'x')|list }}|{{ [1,2,3,4,5]|slice(2)|list }}|{{ [1,2,3,4,5,6,7]|slice(3, 0)|list }}",
     "{{ 'hello world foo bar'|truncate(11) }}|{{ 'hello world foo bar'|truncate(11, true) }}|{{ 'hello world foo bar'|truncate(9, false, '!', 0) }}|{{ 'short'|truncate(3, leeway=3) }}|{{ 'héllo wörld'|truncate(8, leeway=0) }}",
     "{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}",
+    "{% for g in people|groupby('name') %}{{ g.grouper }}:{{ g.list|length }};{% endfor %}|{% for k, ps in [{'c': 'Paris'}, {'c': 'berlin'}, {'c': 'paris'}]|groupby('c') %}{{ k }}={{ ps|length }}{% endfor %}|{{ (people|groupby('age', default=0))[0] }}",
 };
 
 static const char SNIPPET_VARS[] =

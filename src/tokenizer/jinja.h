@@ -75,7 +75,8 @@ typedef enum jv_type {
 /* list flags: a tuple; a one-shot iterator (jinja's select/map/...: always true, no len, no subscript).
  * string flag: markup marked safe (|safe, |escape): `+` with a plain string HTML-escapes the plain side. */
 enum { JVF_TUPLE = 1, JVF_GENERATOR = 2, JVF_SAFE = 4, JVF_UNSAFE_METHOD = 8 /* undefined: a method the
-                                                                              * sandbox refuses */ };
+                                                                              * sandbox refuses */,
+       JVF_GROUP = 16 /* a groupby result tuple: .grouper and .list */ };
 
 typedef struct jv_list jv_list;
 typedef struct jv_dict jv_dict;

@@ -1235,6 +1235,10 @@ jv jinja_getattr(jctx *c, const jnode *at, jv obj, const char *name, size_t len)
         return jv_undefined(name, len);
     }
     case JV_STRING: case JV_LIST:
+        if (obj.type == JV_LIST && (obj.flags & JVF_GROUP) && obj.u.list->n == 2) {
+            if (len == 7 && !memcmp(name, "grouper", 7)) return obj.u.list->items[0];
+            if (len == 4 && !memcmp(name, "list", 4)) return obj.u.list->items[1];
+        }
         if (lookup_method(c, at, obj, name, len, &m)) return m;
         return jv_undefined(name, len);
     case JV_LOOP: return loop_attr(c, at, obj, name, len);
@@ -1485,7 +1489,7 @@ enum {
     F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT, F_INT,
     F_ITEMS, F_JOIN, F_LAST, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE,
     F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE,
-    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE, F_FORMAT, F_CENTER, F_BATCH, F_SLICE, F_TRUNCATE,
+    F_UPPER, F_WORDCOUNT, F_FORCEESCAPE, F_FORMAT, F_CENTER, F_BATCH, F_SLICE, F_TRUNCATE, F_GROUPBY,
 };
 static const struct { const char *name; int id; } FILTERS[] = {
     {"abs", F_ABS}, {"attr", F_ATTR}, {"capitalize", F_CAPITALIZE}, {"count", F_COUNT}, {"length", F_COUNT},
@@ -1497,7 +1501,7 @@ static const struct { const char *name; int id; } FILTERS[] = {
     {"selectattr", F_SELECTATTR}, {"sort", F_SORT}, {"string", F_STRING}, {"sum", F_SUM}, {"title", F_TITLE},
     {"tojson", F_TOJSON}, {"trim", F_TRIM}, {"unique", F_UNIQUE}, {"upper", F_UPPER},
     {"wordcount", F_WORDCOUNT}, {"format", F_FORMAT}, {"center", F_CENTER}, {"batch", F_BATCH}, {"slice", F_SLICE},
-    {"truncate", F_TRUNCATE},
+    {"truncate", F_TRUNCATE}, {"groupby", F_GROUPBY},
 };
 
 int jinja_filter_id(const char *name, size_t len) {
@@ -2014,6 +2018,38 @@ jv jinja_apply_filter(jctx *c, const jnode *at, int id, jv v, const jargs *args)
             for (size_t j = start; j < end; j++) jv_list_push(c, at, row, l.u.list->items[j]);
             if (fill && sn >= extra) jv_list_push(c, at, row, p[1]);
             jv_list_push(c, at, out, row);
+        }
+        return out;
+    }
+    case F_GROUPBY: {
+        BIND("groupby", 1, "attribute", "default", "case_sensitive");
+        bool cs = opt_bool(c, at, p[2], false);
+        jv l = as_list(c, at, v);
+        size_t n = l.u.list->n;
+        jv *keys = jctx_alloc(c, at, (n ? n : 1) * sizeof(jv));
+        for (size_t i = 0; i < n; i++) {
+            jv k = get_path(c, at, l.u.list->items[i], p[0]);
+            if (k.type == JV_UNDEFINED && have[1]) k = p[1];
+            keys[i] = fold(c, at, k, cs);
+        }
+        sort_by_keys(c, at, l.u.list->items, keys, n, false);
+        jv out = jv_new_list(c, at, 4);
+        for (size_t i = 0; i < n;) {
+            size_t e = i + 1;
+            while (e < n && jv_equal(keys[e], keys[i])) e++;
+            jv members = jv_new_list(c, at, e - i);
+            for (size_t k = i; k < e; k++) jv_list_push(c, at, members, l.u.list->items[k]);
+            jv grouper = keys[i];
+            if (!cs) {
+                grouper = get_path(c, at, l.u.list->items[i], p[0]);
+                if (grouper.type == JV_UNDEFINED && have[1]) grouper = p[1];
+            }
+            jv t = jv_new_list(c, at, 2);
+            jv_list_push(c, at, t, grouper);
+            jv_list_push(c, at, t, members);
+            t.flags = JVF_TUPLE | JVF_GROUP;
+            jv_list_push(c, at, out, t);
+            i = e;
         }
         return out;
     }
