@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "base/alloc.h"
@@ -32,6 +33,7 @@ typedef struct cpu_state {
     float *qh;                    /* per thread: one head of q rounded to F16 */
     uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, KV) F16 */
     void *scratch;                /* converted activations for the matmuls */
+    cpu_attn_kernels attn;        /* attention inner loops for this CPU */
 } cpu_state;
 
 /* Carves n bytes (64-aligned) from the arena; with base == NULL only sums the size. */
@@ -132,6 +134,7 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
 
     t0 = kiln_now_ns();
     kiln_formats_init();
+    s->attn = cpu_attn_select();
     kiln_status st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
@@ -167,20 +170,12 @@ static void attention(void *ctx, int ith, int nth) {
         const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->pos + t + 1;
         const float *q = s->q + (size_t)t * nh * hd + (size_t)h * hd;
         for (int c = 0; c < hd; c++) qf[c] = kiln_f16_to_f32(kiln_f32_to_f16(q[c]));
-        for (int i = 0; i < n_keys; i++) {
-            const uint16_t *k = kc + (size_t)i * KV + (size_t)kvh * hd;
-            float d = 0.0f;
-            for (int c = 0; c < hd; c++) d += qf[c] * kiln_f16_to_f32(k[c]);
-            sc[i] = d * scale;
-        }
+        for (int i = 0; i < n_keys; i++) sc[i] = s->attn.dot(qf, kc + (size_t)i * KV + (size_t)kvh * hd, hd) * scale;
         cpu_softmax(sc, n_keys);
         float *o = s->att + (size_t)t * nh * hd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int i = 0; i < n_keys; i++) {
-            const uint16_t *v = vc + (size_t)i * KV + (size_t)kvh * hd;
-            const float a = kiln_f16_to_f32(kiln_f32_to_f16(sc[i]));
-            for (int c = 0; c < hd; c++) o[c] += a * kiln_f16_to_f32(v[c]);
-        }
+        for (int i = 0; i < n_keys; i++)
+            s->attn.axpy(o, kiln_f16_to_f32(kiln_f32_to_f16(sc[i])), vc + (size_t)i * KV + (size_t)kvh * hd, hd);
     }
 }
 

@@ -1,0 +1,27 @@
+/* cpu_attn.c — scalar reference of the attention inner loops and the run-time choice of variant. */
+#include "backend/cpu/cpu_attn.h"
+
+#include "base/env.h"
+#include "formats/formats.h"
+
+float cpu_attn_dot_ref(const float *q, const uint16_t *k, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += q[i] * kiln_f16_to_f32(k[i]);
+    return s;
+}
+
+void cpu_attn_axpy_ref(float *o, float a, const uint16_t *v, int n) {
+    for (int i = 0; i < n; i++) o[i] += a * kiln_f16_to_f32(v[i]);
+}
+
+cpu_attn_kernels cpu_attn_select(void) {
+    cpu_attn_kernels k = {cpu_attn_dot_ref, cpu_attn_axpy_ref};
+#if defined(__x86_64__)
+    if (!kiln_env_no_simd() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+        k.dot = cpu_attn_dot_avx2;
+        k.axpy = cpu_attn_axpy_avx2;
+    }
+#endif
+    return k;
+}

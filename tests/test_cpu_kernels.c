@@ -1,0 +1,58 @@
+/* test_cpu_kernels.c — the CPU backend's fast kernels against their scalar references on fresh random
+ * inputs (never zeros), and the ops against straightforward formulas. */
+#include "test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_attn.h"
+#include "backend/cpu/cpu_ops.h"
+#include "formats/formats.h"
+
+TEST(cpu_attn_avx2_matches_reference) {
+    cpu_attn_kernels best = cpu_attn_select();
+    if (best.dot == cpu_attn_dot_ref) { test_skip("this CPU has no AVX2/FMA/F16C (or KILN_NO_SIMD=1)"); return; }
+    uint64_t rng = 42;
+    static const int lens[] = {1, 7, 8, 15, 16, 64, 80, 128, 129};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int n = lens[li];
+        float q[160], o1[160], o2[160];
+        uint16_t k[160];
+        double mag = 0;
+        for (int i = 0; i < n; i++) {
+            q[i] = test_rand_normal(&rng);
+            k[i] = kiln_f32_to_f16(test_rand_normal(&rng));
+            o1[i] = o2[i] = test_rand_normal(&rng);
+            mag += fabs(q[i] * kiln_f16_to_f32(k[i]));
+        }
+        float a = cpu_attn_dot_ref(q, k, n), b = best.dot(q, k, n);
+        CHECKF(fabs(a - b) <= 4 * 1.2e-7 * mag + 1e-30, "dot n=%d: %.9g vs %.9g", n, a, b);
+        float w = test_rand_normal(&rng);
+        cpu_attn_axpy_ref(o1, w, k, n);
+        best.axpy(o2, w, k, n);
+        for (int i = 0; i < n; i++) CHECKF(fabsf(o1[i] - o2[i]) <= 1e-6f * (1 + fabsf(o1[i])), "axpy n=%d i=%d", n, i);
+    }
+}
+
+TEST(cpu_ops_match_formulas) {
+    uint64_t rng = 7;
+    float x[64], w[64], y[64];
+    double ss = 0;
+    for (int i = 0; i < 64; i++) { x[i] = test_rand_normal(&rng); w[i] = test_rand_normal(&rng); ss += (double)x[i] * x[i]; }
+    cpu_rmsnorm(y, x, w, 64, 1e-5f);
+    for (int i = 0; i < 64; i++) CHECKF(fabs(y[i] - x[i] / sqrt(ss / 64 + 1e-5) * w[i]) < 1e-5, "rmsnorm %d", i);
+    float s[9] = {1, 2, 3, -1, 0.5f, 7, 7, -3, 2};
+    cpu_softmax(s, 9);
+    double sum = 0;
+    for (int i = 0; i < 9; i++) sum += s[i];
+    CHECK(fabs(sum - 1) < 1e-6);
+    CHECK(fabsf(s[5] - s[6]) < 1e-7f && s[5] > s[2]);
+    CHECK_EQ_INT(cpu_argmax((float[]){1, 5, 5, 2}, 4), 1);
+    /* llama RoPE on adjacent pairs at position 3 with base 10000, n_rot 4 */
+    float ct[2 * 8], st[2 * 8], h[4] = {1, 2, 3, 4};
+    cpu_rope_tables(ct, st, 8, 4, 10000.0f);
+    cpu_rope_head(h, ct + 3 * 2, st + 3 * 2, 4, false);
+    double t1 = 3.0 * pow(10000.0, -0.5);
+    CHECK(fabs(h[0] - (cos(3.0) - 2 * sin(3.0))) < 1e-5 && fabs(h[1] - (sin(3.0) + 2 * cos(3.0))) < 1e-5);
+    CHECK(fabs(h[2] - (3 * cos(t1) - 4 * sin(t1))) < 1e-5 && fabs(h[3] - (3 * sin(t1) + 4 * cos(t1))) < 1e-5);
+}
