@@ -15,6 +15,19 @@
  * tests, methods, globals, string conversion and JSON output).
  *
  * Files: jinja_arena.c, jinja_parse.c, jinja_eval.c, jinja_builtins.c.
+ *
+ * Supported: {{ }}, {% if/elif/else %}, {% for %} (tuple targets, `if` filter, else, loop.index/index0/
+ * revindex/revindex0/first/last/length/previtem/nextitem/depth/cycle/changed, break/continue),
+ * {% set %} (names, tuples, ns.attr, block set with filters), {% macro %} (defaults, varargs, kwargs,
+ * caller), {% call %}, {% filter %}, {% with %}, {% raw %}, {% generation %}, comments and all
+ * whitespace control; literals, + - * / // % ** ~, comparisons (chained), and/or/not, in/not in,
+ * a if b else c, subscripts, slices, attributes; Markup from |safe/|escape; str, dict and list methods
+ * (format and the sandbox's refusals included); 46 filter and 39 test names (see the tables in
+ * jinja_builtins.c); globals range, namespace, dict, raise_exception, strftime_now.
+ * Not supported (a clear error): include/import/extends/block, recursive loops, *args/**kwargs in
+ * calls, cycler/joiner/lipsum, and a few filters (pprint, urlencode, xmlattr, wordwrap, ...). Known
+ * differences from Python in printing only: range objects and dict views print as lists; case mapping
+ * covers Latin, Greek, Cyrillic and fullwidth letters.
  */
 #ifndef KILN_TOKENIZER_JINJA_H
 #define KILN_TOKENIZER_JINJA_H
