@@ -24,7 +24,7 @@
  * a if b else c, subscripts, slices, attributes; Markup from |safe/|escape; str, dict and list methods
  * (format and the sandbox's refusals included); 46 filter and 39 test names (see the tables in
  * jinja_builtins.c); globals range, namespace, dict, raise_exception, strftime_now.
- * Not supported (a clear error): include/import/extends/block, recursive loops, *args/**kwargs in
+ * Not supported (a clear error): include/import/extends/block, recursive loops, star-args and double-star-args in
  * calls, cycler/joiner/lipsum, and a few filters (pprint, urlencode, xmlattr, wordwrap, ...). Known
  * differences from Python in printing only: range objects and dict views print as lists; case mapping
  * covers Latin, Greek, Cyrillic and fullwidth letters.
