@@ -11,6 +11,7 @@
  * for the others, the construct kiln is missing (its error) or where the output differs.
  */
 #include <dirent.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,10 @@ static int collect_templates(tmpl_file *out, int max) {
             if (e->d_name[0] == '.') continue;
             char p[1024];
             snprintf(p, sizeof p, "%.700s/%.250s/tokenizer_config.json", tokdir, e->d_name);
-            json_t *cfg = json_load_file(p, 0, NULL);
+            json_error_t jerr;
+            /* model_max_length can exceed 64 bits: read integers as reals */
+            json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, &jerr);
+            CHECKF(cfg || access(p, F_OK) != 0, "%s: %s", p, jerr.text);
             if (cfg) {
                 json_t *ct = json_object_get(cfg, "chat_template");
                 if (json_is_string(ct)) {

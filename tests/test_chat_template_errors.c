@@ -422,6 +422,25 @@ TEST(chat_template_resolve_builtins_and_files) {
     kiln_free(out);
     kiln_chat_template_free(t);
 
+    /* a tokenizer_config.json (whose model_max_length exceeds 64 bits) gives its chat_template */
+    const char *cfg_path = test_shared("models/tokenizers/llama3/tokenizer_config.json");
+    REQUIRE_OK(kiln_chat_template_load_file(cfg_path, &t));
+    json_t *cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, NULL);
+    REQUIRE(json_is_string(json_object_get(cfg, "chat_template")));
+    kiln_chat_template *direct = NULL;
+    REQUIRE_OK(kiln_chat_template_parse(json_string_value(json_object_get(cfg, "chat_template")),
+                                        json_string_length(json_object_get(cfg, "chat_template")), "direct", &direct));
+    char *out2 = NULL;
+    REQUIRE_OK(kiln_chat_render(t, msgs, 2, &o, &out, NULL));
+    REQUIRE_OK(kiln_chat_render(direct, msgs, 2, &o, &out2, NULL));
+    CHECK_STR(out, out2);
+    CHECK(strstr(out, "<|start_header_id|>user<|end_header_id|>") != NULL);
+    kiln_free(out);
+    kiln_free(out2);
+    kiln_chat_template_free(direct);
+    kiln_chat_template_free(t);
+    json_decref(cfg);
+
     CHECK(kiln_chat_template_resolve("no-such-template-or-file", &t) != KILN_OK && t == NULL);
     CHECKF(strstr(kiln_last_error(), "chatml") != NULL, "%s", kiln_last_error());
     kiln_chat_message bad_utf8[] = {{"user", "\xff"}};

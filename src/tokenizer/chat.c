@@ -129,7 +129,7 @@ static kiln_status read_file(const char *path, char **buf, size_t *len) {
 /* A tokenizer_config.json's chat_template: a string, or a list of {name, template} ("default" wins). */
 static kiln_status template_from_config(const char *path, const char *text, size_t len, char **src, size_t *src_len) {
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
+    json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &jerr); /* model_max_length may exceed 64 bits */
     if (!root) return kiln_fail(KILN_ERR_FORMAT, "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
     json_t *ct = json_object_get(root, "chat_template");
     const char *s = NULL;
