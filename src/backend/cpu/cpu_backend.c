@@ -10,6 +10,7 @@
  * before their products with K and V (as ggml's F16 matrix products do), which keeps greedy runs on the
  * reference engine's tokens.
  */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,6 +20,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "formats/formats.h"
 #include "session/backend.h"
 
@@ -87,9 +89,14 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     return off;
 }
 
-/* Reads one byte of every page of every tensor so that no page fault is left for the first token. */
+/* Locks the tensor data in memory (best effort: a memory limit or a missing privilege only costs the
+ * guarantee that the kernel will not reclaim cold weight pages between requests), then reads one byte of
+ * every page of every tensor so that no page fault is left for the first token. */
 static void prefault_weights(const kiln_model *m) {
     const gguf_file *f = m->file;
+    const uint64_t off = gguf_data_offset(f), size = gguf_file_size(f);
+    if (off < size && mlock(gguf_base(f) + off, (size_t)(size - off)) != 0)
+        KILN_INFO("cpu backend: weights not locked in memory (mlock: %s); cold pages may be reclaimed", strerror(errno));
     volatile uint8_t sink = 0;
     for (size_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
