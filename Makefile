@@ -42,7 +42,7 @@ CLI_ASAN_OBJ := $(CLI_SRC:%.c=build/asan/%.o)
 CLI_ASAN_NOMAIN := $(filter-out build/asan/src/cli/main.o,$(CLI_ASAN_OBJ))
 TEST_OBJ := $(TEST_SRC:%.c=build/asan/%.o)
 
-.PHONY: all build deps run test test-build bench fuzz install clean
+.PHONY: all build deps run test test-build bench fuzz install clean kiln.pc
 .DEFAULT_GOAL := all
 
 all: deps
@@ -71,7 +71,8 @@ libkiln.so: $(REL_OBJ)
 kiln: $(CLI_REL_OBJ) libkiln.a
 	$(CC) -pthread -o $@ $(CLI_REL_OBJ) libkiln.a $(CUDA_LDLIBS) $(LDLIBS)
 
-kiln.pc: Makefile
+# always rewritten, so that `make install PREFIX=...` records that prefix
+kiln.pc:
 	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: kiln\nDescription: LLM inference engine for GGUF models\nVersion: 0.1.0\nLibs: -L$${libdir} -lkiln\nLibs.private: %s\nCflags: -I$${includedir}\n' \
 		'$(PREFIX)' '$(CUDA_LDLIBS) $(LDLIBS)' > $@
 
