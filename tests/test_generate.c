@@ -307,8 +307,9 @@ TEST(session_reset_reproduces_logits) {
     kiln_model_close(m);
 }
 
-/* Writes a copy of stories260K with one tensor renamed or reshaped, and checks the error names it. */
-static kiln_status write_variant(const char *src, const char *dst, const char *drop, const char *rename_to,
+/* Writes a copy of src with one change: tensor `target` dropped (data_from NULL) or given the data and shape
+ * of tensor `data_from`; and/or general.architecture set to `arch`. */
+static kiln_status write_variant(const char *src, const char *dst, const char *target, const char *data_from,
                                  const char *arch) {
     gguf_file *f;
     KILN_TRY(gguf_open(src, &f));
@@ -325,9 +326,9 @@ static kiln_status write_variant(const char *src, const char *dst, const char *d
         const gguf_tensor *t = gguf_tensor_at(f, i);
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        if (drop && !strcmp(name, drop)) {
-            if (!rename_to) continue;
-            snprintf(name, sizeof name, "%s", rename_to);
+        if (target && !strcmp(name, target)) {
+            if (!data_from) continue;
+            t = gguf_find_tensor(f, data_from);
         }
         st = gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
     }
@@ -352,32 +353,9 @@ TEST(model_errors_name_the_tensor_and_shape) {
     CHECK_EQ_INT(kiln_model_open(path, &m), KILN_ERR_UNSUPPORTED);
     CHECKF(strstr(kiln_last_error(), "mamba") != NULL, "%s", kiln_last_error());
 
-    /* a tensor of the wrong shape: blk.0.attn_q.weight replaced by blk.0.ffn_gate's [64,172] data */
+    /* a tensor of the wrong shape: blk.0.attn_q.weight given blk.0.ffn_gate's [64, 172] data */
     snprintf(path, sizeof path, "%s/shape.gguf", test_tmpdir());
-    gguf_file *f;
-    REQUIRE_OK(gguf_open(src, &f));
-    gguf_writer *w;
-    REQUIRE_OK(gguf_writer_open(&w));
-    for (size_t i = 0; i < gguf_n_kv(f); i++) {
-        const gguf_kv *kv = gguf_kv_at(f, i);
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
-        REQUIRE_OK(gguf_set_value(w, key, &kv->value));
-    }
-    for (size_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        if (!strcmp(name, "blk.0.attn_q.weight")) {
-            const gguf_tensor *g = gguf_find_tensor(f, "blk.0.ffn_gate.weight");
-            REQUIRE_OK(gguf_add_tensor(w, name, g->type, g->n_dims, g->ne, g->data));
-        } else {
-            REQUIRE_OK(gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data));
-        }
-    }
-    REQUIRE_OK(gguf_writer_write(w, path, NULL, NULL));
-    gguf_writer_close(w);
-    gguf_close(f);
+    REQUIRE_OK(write_variant(src, path, "blk.0.attn_q.weight", "blk.0.ffn_gate.weight", NULL));
     CHECK_EQ_INT(kiln_model_open(path, &m), KILN_ERR_FORMAT);
     CHECKF(strstr(kiln_last_error(), "blk.0.attn_q.weight") && strstr(kiln_last_error(), "expected [64, 64]"), "%s",
            kiln_last_error());
