@@ -67,8 +67,8 @@ static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_sessio
     for (int i = 0; i < s->n_predict; i++) {
         r->n_gen++;
         kiln_sampler_accept(smp, id);
+        if (!s->ignore_eos && kiln_token_is_eog(m, id)) { r->eog = true; break; } /* not printed */
         emit(s, r, buf, kiln_detok_push(&d, id, buf, sizeof buf));
-        if (!s->ignore_eos && kiln_token_is_eog(m, id)) { r->eog = true; break; }
         if (i + 1 == s->n_predict) break;
         uint64_t t1 = now_ns();
         if (greedy) {
