@@ -127,24 +127,18 @@ AVX2 void kiln_dot_bf16_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ------------------------------------------------------------------------------- 32-value blocks */
 
-/* The loop shared by the 32-value block dots: BLOCK_INT(ib) gives the 8 int32 partial sums of block ib,
- * BLOCK_SCALE(ib) its float scale; four blocks in flight with four accumulators, EXTRA(ib) for a
- * per-block scalar term (the min of Q4_1 / Q5_1). */
+/* The loop shared by the 32-value block dots: BLOCK_INT(ib) gives the 8 int32 partial sums of block ib (lane l
+ * = elements 4l..4l+3, exact), BLOCK_SCALE(ib) its float scale, EXTRA(ib) a per-block scalar term (the min of
+ * Q4_1 / Q5_1). One accumulator, blocks in order, then the 8 lanes reduced: the reference engine's AVX2 order,
+ * so the result is bit-identical to its kernels (T.dot in the quant vectors) and greedy runs stay on its
+ * tokens. */
 #define BLOCK_LOOP(nb, BLOCK_INT, BLOCK_SCALE, EXTRA)                                                           \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;                                   \
-    int ib = 0;                                                                                                 \
-    for (; ib + 4 <= (nb); ib += 4) {                                                                           \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib)), _mm256_cvtepi32_ps(BLOCK_INT(ib)), acc0);       \
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 1)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 1)), acc1); \
-        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 2)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 2)), acc2); \
-        acc3 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib + 3)), _mm256_cvtepi32_ps(BLOCK_INT(ib + 3)), acc3); \
-        EXTRA(ib); EXTRA(ib + 1); EXTRA(ib + 2); EXTRA(ib + 3);                                                 \
-    }                                                                                                           \
-    for (; ib < (nb); ib++) {                                                                                   \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib)), _mm256_cvtepi32_ps(BLOCK_INT(ib)), acc0);       \
+    __m256 acc = _mm256_setzero_ps();                                                                           \
+    for (int ib = 0; ib < (nb); ib++) {                                                                         \
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(BLOCK_SCALE(ib)), _mm256_cvtepi32_ps(BLOCK_INT(ib)), acc);         \
         EXTRA(ib);                                                                                              \
     }                                                                                                           \
-    const float block_sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)))
+    const float block_sum = hsum_ps(acc)
 
 #define NO_EXTRA(ib) (void)0
 
@@ -180,7 +174,7 @@ AVX2 void kiln_dot_q4_1_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q8_1 *y = vy;
     float summs = 0;
 #define Q4_1_INT(ib) dot_u8_i8(unpack_nibbles16(x[ib].qs), Y_QS(ib))
-#define MIN_TERM(ib) (summs += h2f(x[ib].m) * h2f(y[ib].s))
+#define MIN_TERM(ib) (summs = fmaf(h2f(x[ib].m), h2f(y[ib].s), summs))
     BLOCK_LOOP(n / QK8_1, Q4_1_INT, SCALE_DD, MIN_TERM);
 #undef Q4_1_INT
     *s = block_sum + summs;
