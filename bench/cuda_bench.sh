@@ -4,6 +4,7 @@
 #   2. `kiln bench --device cuda`: open breakdown, prefill 512 and decode 128, medians of 5 repetitions
 #   3. fresh process -> first token of a 13-token prompt (smollm2-135m), wall time of 5 processes
 #   4. `kiln run --device cuda --rounds 2`: the first-call penalty
+#   (between 2 and 3: the decode paths side by side, through the GPU test binary's cuda_decode_paths_speed)
 # Everything goes to $KILN_BENCH_OUT (default bench/out); a summary table is printed last.
 set -u
 OUT=${KILN_BENCH_OUT:-bench/out}
@@ -47,6 +48,14 @@ for m in "$SHARED/models/stories260K/stories260K.gguf" "$SMOL" "$L1Q8" "$L1Q4"; 
         echo "$name: bench failed: $(tail -2 "$OUT/bench-$name.err")" | tee -a "$SUMMARY"
     fi
 done
+
+# decode speed of the persistent kernel (1 and 2 blocks per SM) against the kernel-by-kernel graph, in one
+# process per model (the GPU test binary's timing test, when it is built)
+TESTS=${KILN_CUDA_TESTS:-build/cuda/kiln_tests_cuda}
+if [ -x "$TESTS" ]; then
+    KILN_TEST_VERBOSE=1 KILN_CUDA_BENCH_MODELS="$MODELS" "$TESTS" cuda_decode_paths_speed > "$OUT/decode_paths.log" 2>&1
+    grep 'us/token' "$OUT/decode_paths.log" | tee -a "$SUMMARY"
+fi
 
 PROMPT="The quick brown fox jumps over the lazy dog near the old river"
 if [ -f "$SMOL" ]; then

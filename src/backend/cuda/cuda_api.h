@@ -48,11 +48,20 @@ typedef struct kiln_cuda_session_info {
     int n_kernels;             /* kernels loaded at open */
     int graph_nodes;           /* nodes (kernels and copies) in the decode graph */
     int graph_pdl_edges;       /* its programmatic-dependent-launch edges */
+    bool persistent;           /* the decode step is one launch of the persistent kernel */
+    int persistent_grid;       /* its blocks (all resident), 0 when not persistent */
+    int persistent_phases;     /* its phases (grid barriers + 1) */
+    char decode_path[96];      /* e.g. "persistent kernel (264 blocks, 122 phases)" or "kernel graph (why)" */
 } kiln_cuda_session_info;
 void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
 
 /* Programmatic dependent launch between kernels on sm_90+ (default on), for sessions opened afterwards. */
 void kiln_cuda_set_pdl(bool on);
+
+/* The decode step as one launch of the persistent kernel (cuda_decode_persistent.cu) with at most
+ * blocks_per_sm blocks per SM (1 or 2), or kernel by kernel (0, the default); negative: the default.
+ * For sessions opened afterwards; open falls back to kernel by kernel where the persistent kernel cannot run. */
+void kiln_cuda_set_persistent(int blocks_per_sm);
 
 /* Decode through the captured graph (default) or by launching the same kernels eagerly. */
 void kiln_cuda_set_use_graph(void *state, bool use_graph);

@@ -8,7 +8,9 @@
  * device warm pass. After open nothing is allocated, loaded or captured.
  *
  * Decode (n == 1): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
- * argmax); logits come back only when asked for. Prefill (n >= 2): the prefill kernels launched
+ * argmax); logits come back only when asked for. The graph holds either the decode kernels one by one
+ * (the default) or, with kiln_cuda_set_persistent(1 or 2) before open, one launch of the persistent kernel
+ * (cuda_decode_persistent.cu) over the same steps listed as phases at open. Prefill (n >= 2): the prefill kernels launched
  * eagerly (all loaded and warmed at open), tensor-core GEMMs, causal attention.
  */
 #include <dlfcn.h>
@@ -97,6 +99,14 @@ typedef struct cuda_state {
     bool use_graph;
     int graph_nodes, graph_pdl_edges;
 
+    /* the persistent decode kernel (cuda_decode_persistent.cu), when chosen at open */
+    bool persistent;
+    int p_bps, p_grid, n_phases, max_phases;
+    size_t p_smem;
+    pd_phase *phases;   /* device: the decode step's phases */
+    unsigned *p_sync;   /* device: its phase counters (ck_persistent_sync_bytes) */
+    char decode_path[96];
+
     uint8_t *arena;
     size_t arena_bytes, weight_bytes, scratch_off;
     uint64_t file_weight_bytes;
@@ -130,6 +140,16 @@ typedef struct cuda_state {
 static bool g_pdl_allowed = true;
 
 extern "C" void kiln_cuda_set_pdl(bool on) { g_pdl_allowed = on; }
+
+/* Off by default: on the H200 it measured no faster than the kernel graph (bench/RESULTS.md, CUDA). */
+#ifndef KILN_CUDA_PERSISTENT_DEFAULT
+#define KILN_CUDA_PERSISTENT_DEFAULT 0
+#endif
+static int g_persistent_bps = KILN_CUDA_PERSISTENT_DEFAULT;
+
+extern "C" void kiln_cuda_set_persistent(int blocks_per_sm) {
+    g_persistent_bps = blocks_per_sm < 0 ? KILN_CUDA_PERSISTENT_DEFAULT : blocks_per_sm > 2 ? 2 : blocks_per_sm;
+}
 
 /* ------------------------------------------------------------------ probe / info */
 
@@ -383,6 +403,9 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->params = (int *)carve(base, off, 16);
     s->ids = (int *)carve(base, off, B * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
+    s->max_phases = 2 + 5 * hp->n_layer;
+    s->phases = (pd_phase *)carve(base, off, (size_t)s->max_phases * sizeof(pd_phase));
+    s->p_sync = (unsigned *)carve(base, off, ck_persistent_sync_bytes(s->max_phases));
 }
 
 /* ------------------------------------------------------------------ forward pieces */
@@ -395,8 +418,8 @@ static mv_args mv_base(void) {
 
 static int mv_blocks(const cuda_state *s, mv_args &a) { return ck_matvec_plan(a, s->n_sm); }
 
-/* The logits of the row x (n_embd floats) and their argmax. */
-static void launch_logits(cuda_state *s, const float *x) {
+/* RMSNorm + the logits of the row x (n_embd floats) and their argmax. */
+static mv_args logits_args(const cuda_state *s, const float *x) {
     mv_args a = mv_base();
     a.w0 = s->output;
     a.pair = MV_PAIR_ADJ;
@@ -410,123 +433,222 @@ static void launch_logits(cuda_state *s, const float *x) {
     a.arg_idx = s->arg_idx;
     a.counter = s->counter;
     a.arg_out = s->arg_out;
-    {
-        const int nb = mv_blocks(s, a);
-        ck_matvec(a, nb, s->stream);
-    }
+    return a;
 }
 
-/* The decode step for the token in params[0] at position params[1] (what the graph captures). */
+static void launch_logits(cuda_state *s, const float *x) {
+    mv_args a = logits_args(s, x);
+    const int nb = mv_blocks(s, a);
+    ck_matvec(a, nb, s->stream);
+}
+
+/* ---- the decode step's pieces for layer il: the per-kernel path launches them, the persistent path lists
+ * them as phases */
+
+/* RMSNorm + QKV (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
+static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset) {
+    const kiln_hparams *hp = &s->m->hp;
+    const cu_layer *L = &s->layers[il];
+    const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+    mv_args a = mv_base();
+    a.w0 = w;
+    a.row_offset = row_offset;
+    a.pair = MV_PAIR_ADJ;
+    a.in_mode = MV_IN_NORM;
+    a.x = s->x;
+    a.norm_w = L->attn_norm;
+    a.eps = hp->rms_eps;
+    a.epi = MV_EPI_QKV;
+    a.pos = s->params + 1;
+    a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
+    a.rope_freq = s->rope_freq;
+    a.q_out = s->qkv;
+    a.k_cache = s->kc + kv_off;
+    a.v_cache = s->vc + kv_off;
+    return a;
+}
+
+/* Attention of the token over the cache, split in DEC_CHUNK keys, into attn_f. */
+static attn_args dec_attn(const cuda_state *s, int il) {
+    const kiln_hparams *hp = &s->m->hp;
+    const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+    attn_args at;
+    memset(&at, 0, sizeof at);
+    at.q = s->qkv;
+    at.q_stride = s->Q;
+    at.k_cache = s->kc + kv_off;
+    at.v_cache = s->vc + kv_off;
+    at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
+    at.chunk = DEC_CHUNK;
+    at.pos_dev = s->params + 1;
+    at.part = s->part;
+    at.counters = s->att_counters;
+    at.out_f = s->attn_f;
+    at.scale = 1.0f / sqrtf((float)hp->head_dim);
+    return at;
+}
+
+/* x += W x_in (the O projection from attn_f, or the down projection from hvec). */
+static mv_args dec_residual(const dev_weight &w, const float *in, float *x) {
+    mv_args a = mv_base();
+    a.w0 = w;
+    a.pair = MV_PAIR_ADJ;
+    a.in_mode = MV_IN_PLAIN;
+    a.x = in;
+    a.epi = MV_EPI_ADD;
+    a.y = x;
+    return a;
+}
+
+/* RMSNorm + gate/up: SwiGLU into hvec when both have one type (dual), else the caller stores g and u. */
+static mv_args dec_gate_up(const cuda_state *s, int il) {
+    const cu_layer *L = &s->layers[il];
+    mv_args a = mv_base();
+    a.in_mode = MV_IN_NORM;
+    a.x = s->x;
+    a.norm_w = L->ffn_norm;
+    a.eps = s->m->hp.rms_eps;
+    a.w0 = L->wg, a.w1 = L->wu;
+    a.pair = MV_PAIR_DUAL;
+    a.epi = MV_EPI_SWIGLU;
+    a.y = s->hvec;
+    return a;
+}
+
+static void launch_mv(cuda_state *s, mv_args a) {
+    const int nb = mv_blocks(s, a);
+    ck_matvec(a, nb, s->stream);
+}
+
+/* The decode step for the token in params[0] at position params[1], kernel by kernel. */
 static void launch_decode(cuda_state *s) {
     const kiln_hparams *hp = &s->m->hp;
-    const int *pos = s->params + 1;
     cudaStream_t st = s->stream;
     ck_embed(s->tok_embd, s->params, s->x, 1, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
-        mv_args a = mv_base();
-        a.pair = MV_PAIR_ADJ;
-        a.in_mode = MV_IN_NORM;
-        a.x = s->x;
-        a.norm_w = L->attn_norm;
-        a.eps = hp->rms_eps;
-        a.epi = MV_EPI_QKV;
-        a.pos = pos;
-        a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
-        a.rope_freq = s->rope_freq;
-        a.q_out = s->qkv;
-        a.k_cache = s->kc + kv_off;
-        a.v_cache = s->vc + kv_off;
         if (L->qkv_fused) {
-            a.w0 = L->wqkv;
-            {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
+            launch_mv(s, dec_qkv(s, il, L->wqkv, 0));
         } else {
-            const dev_weight *ws[3] = {&L->wq, &L->wk, &L->wv};
-            const int offs[3] = {0, s->Q, s->Q + s->KV};
-            for (int i = 0; i < 3; i++) {
-                a.w0 = *ws[i];
-                a.row_offset = offs[i];
-                {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
+            launch_mv(s, dec_qkv(s, il, L->wq, 0));
+            launch_mv(s, dec_qkv(s, il, L->wk, s->Q));
+            launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV));
         }
-            }
-        }
-
-        attn_args at;
-        memset(&at, 0, sizeof at);
-        at.q = s->qkv;
-        at.q_stride = s->Q;
-        at.k_cache = s->kc + kv_off;
-        at.v_cache = s->vc + kv_off;
-        at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
-        at.chunk = DEC_CHUNK;
-        at.pos_dev = pos;
-        at.part = s->part;
-        at.counters = s->att_counters;
-        at.out_f = s->attn_f;
-        at.scale = 1.0f / sqrtf((float)hp->head_dim);
-        ck_attention(at, s->n_split, 1, st);
-
-        a = mv_base();
-        a.w0 = L->wo;
-        a.pair = MV_PAIR_ADJ;
-        a.in_mode = MV_IN_PLAIN;
-        a.x = s->attn_f;
-        a.epi = MV_EPI_ADD;
-        a.y = s->x;
-        {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
-
-        a = mv_base();
-        a.in_mode = MV_IN_NORM;
-        a.x = s->x;
-        a.norm_w = L->ffn_norm;
-        a.eps = hp->rms_eps;
+        ck_attention(dec_attn(s, il), s->n_split, 1, st);
+        launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
         if (L->gu_dual) {
-            a.w0 = L->wg, a.w1 = L->wu;
-            a.pair = MV_PAIR_DUAL;
-            a.epi = MV_EPI_SWIGLU;
-            a.y = s->hvec;
-            {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
+            launch_mv(s, dec_gate_up(s, il));
         } else {
+            mv_args a = dec_gate_up(s, il);
             a.pair = MV_PAIR_ADJ;
             a.epi = MV_EPI_STORE;
+            a.w1 = dev_weight{};
             a.w0 = L->wg, a.y = s->g;
-            {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
+            launch_mv(s, a);
             a.w0 = L->wu, a.y = s->u;
-            {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
+            launch_mv(s, a);
             ck_swiglu_vec(s->g, s->u, s->F, s->hvec, st);
         }
-
-        a = mv_base();
-        a.w0 = L->wd;
-        a.pair = MV_PAIR_ADJ;
-        a.in_mode = MV_IN_PLAIN;
-        a.x = s->hvec;
-        a.epi = MV_EPI_ADD;
-        a.y = s->x;
-        {
-            const int nb = mv_blocks(s, a);
-            ck_matvec(a, nb, st);
-        }
+        launch_mv(s, dec_residual(L->wd, s->hvec, s->x));
     }
     launch_logits(s, s->x);
+}
+
+/* The same step as phases of the persistent kernel (every layer qkv_fused and gu_dual); returns how many. */
+static int build_phases(cuda_state *s, pd_phase *ph) {
+    const kiln_hparams *hp = &s->m->hp;
+    int n = 0;
+    memset(ph, 0, (size_t)s->max_phases * sizeof *ph);
+    ph[n].kind = PD_EMBED;
+    ph[n].emb = s->tok_embd;
+    ph[n].emb_id = s->params;
+    ph[n].emb_x = s->x;
+    ph[n].n_blocks = ((s->E + 15) / 16 + 255) / 256;
+    n++;
+    /* a matvec phase: the per-kernel plan's warp split and blocks, at most the grid */
+    auto mv = [&](mv_args a) {
+        const int nb = mv_blocks(s, a);
+        ph[n].kind = PD_MATVEC;
+        ph[n].mv = a;
+        ph[n].n_blocks = nb < s->p_grid ? nb : s->p_grid;
+        n++;
+    };
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cu_layer *L = &s->layers[il];
+        mv(dec_qkv(s, il, L->wqkv, 0));
+        ph[n].kind = PD_ATTN;
+        ph[n].at = dec_attn(s, il);
+        ph[n].n_blocks = s->p_grid;
+        n++;
+        mv(dec_residual(L->wo, s->attn_f, s->x));
+        mv(dec_gate_up(s, il));
+#ifdef KILN_CUDA_BREAK_PERSISTENT
+        /* never in a real build: the down projection overwrites the residual instead of adding to it, to
+         * show the persistent-vs-kernel-path test failing */
+        mv_args broken = dec_residual(L->wd, s->hvec, s->x);
+        broken.epi = MV_EPI_STORE;
+        mv(broken);
+        continue;
+#endif
+        mv(dec_residual(L->wd, s->hvec, s->x));
+    }
+    mv(logits_args(s, s->x));
+    return n;
+}
+
+/* Chooses the persistent decode kernel when it can run here (kiln_cuda_set_persistent not 0, every layer's
+ * Q/K/V and gate/up of one type, cooperative launch, at least one block per SM) and uploads its phases;
+ * otherwise the decode step stays kernel by kernel. Says which in decode_path. */
+static kiln_status setup_persistent(cuda_state *s) {
+    const kiln_hparams *hp = &s->m->hp;
+    s->persistent = false;
+    int bps = g_persistent_bps;
+    const char *why = NULL;
+    int coop = 0;
+    if (bps <= 0) why = "persistent kernel off";
+    for (int il = 0; !why && il < hp->n_layer; il++)
+        if (!s->layers[il].qkv_fused || !s->layers[il].gu_dual) why = "Q/K/V or gate/up of different types";
+    if (!why && (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0) != cudaSuccess || !coop))
+        why = "no cooperative launch";
+    if (!why) {
+        if (hp->n_head > 4 * hp->n_head_kv) bps = 1; /* larger head groups: the one-block-per-SM build */
+        const int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+        const size_t mv_smem = ck_matvec_smem(widest > s->Q ? widest : s->Q), att_smem = ck_attention_smem();
+        s->p_smem = mv_smem > att_smem ? mv_smem : att_smem;
+        int fit = 0;
+        if (ck_persistent_setup(bps, s->p_smem, &fit) != cudaSuccess || fit < 1) {
+            (void)cudaGetLastError();
+            why = "persistent kernel does not fit";
+        } else {
+            s->p_bps = bps;
+            s->p_grid = s->n_sm * (fit < bps ? fit : bps);
+        }
+    }
+    if (why) {
+        snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", why);
+        return KILN_OK;
+    }
+    int i;
+    KILN_TRY(stage_next(s, &i));
+    if ((size_t)s->max_phases * sizeof(pd_phase) > STAGE_BYTES)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d decode phases do not fit the staging buffer", s->max_phases);
+    s->n_phases = build_phases(s, (pd_phase *)s->h_stage[i]);
+    KILN_ASSERT(s->n_phases <= s->max_phases);
+    CU_TRY(cudaMemcpyAsync(s->phases, s->h_stage[i], (size_t)s->n_phases * sizeof(pd_phase), cudaMemcpyHostToDevice,
+                           s->stream), "decode phases upload");
+    CU_TRY(cudaEventRecord(s->stage_ev[i], s->stream), "upload: event");
+    CU_TRY(cudaStreamSynchronize(s->stream), "decode phases upload");
+    s->persistent = true;
+    snprintf(s->decode_path, sizeof s->decode_path, "persistent kernel (%d blocks, %d phases)", s->p_grid, s->n_phases);
+    return KILN_OK;
+}
+
+/* The decode step: one launch of the persistent kernel, or kernel by kernel. */
+static void launch_decode_step(cuda_state *s) {
+    if (s->persistent)
+        ck_persistent_launch(s->p_bps, s->phases, s->n_phases, s->p_sync, s->p_grid, s->p_smem, s->stream);
+    else
+        launch_decode(s);
 }
 
 /* Prefill of n tokens (ids already in s->ids) at positions pos0.. */
@@ -606,7 +728,7 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
 static kiln_status capture_graph(cuda_state *s) {
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
     cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-    launch_decode(s);
+    launch_decode_step(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
     cudaError_t e = cudaStreamEndCapture(s->stream, &s->graph);
     kiln_count_graph_capture();
@@ -769,12 +891,24 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
         const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
+        OPEN_TRY(setup_persistent(s));
     }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
 
-    /* ---- the decode graph */
+    /* ---- the decode graph (kernel by kernel when the persistent kernel cannot be captured) */
     t0 = kiln_now_ns();
-    OPEN_TRY(capture_graph(s));
+    st = capture_graph(s);
+    if (st != KILN_OK && s->persistent) {
+        KILN_WARN("cuda: %s; decoding kernel by kernel", kiln_last_error());
+        (void)cudaGetLastError();
+        if (s->gexec) cudaGraphExecDestroy(s->gexec), s->gexec = NULL;
+        if (s->graph) cudaGraphDestroy(s->graph), s->graph = NULL;
+        s->persistent = false;
+        snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (persistent kernel not capturable)");
+        s->graph_nodes = s->graph_pdl_edges = 0;
+        st = capture_graph(s);
+    }
+    if (st != KILN_OK) goto fail;
     kiln_phases_add(ph, "open.graphs", kiln_now_ns() - t0);
 
     /* ---- device warm pass: both paths once, then the cache is forgotten */
@@ -812,7 +946,7 @@ static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos,
             CU_TRY(cudaGraphLaunch(s->gexec, s->stream), "graph launch");
         } else {
             cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-            launch_decode(s);
+            launch_decode_step(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
     } else {
@@ -851,6 +985,10 @@ extern "C" void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *
     out->n_kernels = s->n_kernels;
     out->graph_nodes = s->graph_nodes;
     out->graph_pdl_edges = s->graph_pdl_edges;
+    out->persistent = s->persistent;
+    out->persistent_grid = s->persistent ? s->p_grid : 0;
+    out->persistent_phases = s->persistent ? s->n_phases : 0;
+    snprintf(out->decode_path, sizeof out->decode_path, "%s", s->decode_path);
 }
 
 /* ------------------------------------------------------------------ single kernels for the tests */

@@ -1,0 +1,666 @@
+/*
+ * cuda_device.cuh — the device-side building blocks shared by the kernels of cuda_kernels.cu and the
+ * persistent decode kernel of cuda_decode_persistent.cu (each .cu compiles its own copy; no device linking):
+ *   load16/convert16/dequant16<T>  16 values of a weight row, for every device weight type
+ *   warp_sum, warp_max, block_sum, arg_better   reductions
+ *   matvec_prefetch, matvec_block<T>   one block's share of a decode matrix x vector (prologue: input copy or
+ *                  fused RMSNorm; epilogue: store / residual add / RoPE + KV append / SwiGLU / logits + argmax)
+ *   attention_item one (split, KV head) of attention over the F16 cache, by ATT_THREADS threads
+ * C++ (nvcc) only; include after cuda_kernels.cuh.
+ */
+#ifndef KILN_CUDA_DEVICE_CUH
+#define KILN_CUDA_DEVICE_CUH
+
+#include "backend/cuda/cuda_kernels.cuh"
+
+#include <math.h>
+
+#define MV_THREADS 256
+#define MV_WARPS (MV_THREADS / 32)
+#define ATT_THREADS 64
+#define ATT_MAX_G CK_ATT_MAX_G
+#define ATT_MAX_D CK_ATT_MAX_D /* head_dim <= 256 */
+
+/* ------------------------------------------------------------------ programmatic dependent launch */
+
+/* Every kernel waits for the grid before it in the stream to finish (its writes visible) before it reads
+ * or writes anything shared, then lets the next grid start launching: launch latency and the weight
+ * prefetch of the next kernel overlap this one's tail. No-ops before sm_90 (and without the launch
+ * attribute the wait returns at once). */
+static __device__ __forceinline__ void pdl_wait_then_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* ------------------------------------------------------------------ value decoding */
+
+/* Signed bytes of u to floats, exactly: 0x4B0000xx is 2^23 + xx. */
+static __device__ __forceinline__ void s8x4_to_f(uint32_t u, float *o) {
+    u ^= 0x80808080u;
+    o[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
+    o[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
+    o[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
+    o[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
+}
+
+/* Unsigned bytes of u minus off to floats. */
+static __device__ __forceinline__ void u8x4_to_f(uint32_t u, float off, float *o) {
+    const float c = 8388608.0f + off;
+    o[0] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - c;
+    o[1] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - c;
+    o[2] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - c;
+    o[3] = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - c;
+}
+
+static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* The raw bits of 16 values of a row (k0 a multiple of 16), split into load16 (every global load) and
+ * convert16 (arithmetic only), so that a kernel can put many loads in flight before converting any. */
+template <int T> struct raw16 {
+    static constexpr int NQ = T == CK_F32 ? 4 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 1;
+    uint4 q[NQ];
+    uint32_t m[T == CK_Q4_K ? 4 : 2]; /* scale words */
+};
+
+/* Loads values k0..k0+15 of row `row`; values past w.in read as 0. */
+template <int T>
+static __device__ __forceinline__ void load16(const dev_weight &w, int row, int k0, raw16<T> &r) {
+    const uint8_t *rp = w.q + (long long)row * w.row_bytes;
+    if constexpr (T == CK_F32 || T == CK_F16 || T == CK_BF16) {
+        constexpr int esz = T == CK_F32 ? 4 : 2;
+        if (k0 + 16 <= w.in && (w.row_bytes & 15) == 0) {
+#pragma unroll
+            for (int i = 0; i < raw16<T>::NQ; i++) r.q[i] = __ldg((const uint4 *)(rp + (long long)k0 * esz) + i);
+        } else {
+            uint32_t *wd = (uint32_t *)r.q;
+#pragma unroll
+            for (int i = 0; i < 4 * raw16<T>::NQ; i++) wd[i] = 0;
+            if constexpr (T == CK_F32) {
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    if (k0 + i < w.in) wd[i] = __ldg((const uint32_t *)rp + k0 + i);
+            } else {
+                const unsigned short *p = (const unsigned short *)rp + k0;
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    if (k0 + i < w.in) wd[i >> 1] |= (uint32_t)__ldg(p + i) << (16 * (i & 1));
+            }
+        }
+    } else if constexpr (T == CK_Q8_0) {
+        r.q[0] = __ldg((const uint4 *)(rp + k0));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + (k0 >> 5));
+    } else if constexpr (T == CK_Q4_0) {
+        r.q[0] = __ldg((const uint4 *)(rp + (k0 >> 5) * 16));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + (k0 >> 5));
+    } else if constexpr (T == CK_Q4_K) {
+        const uint8_t *blk = rp + (k0 >> 8) * 144;
+        const int idx = k0 & 255, j = idx >> 6, sub = (idx >> 4) & 1;
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.m[i] = __ldg((const uint32_t *)blk + i);
+        r.q[0] = __ldg((const uint4 *)(blk + 16 + 32 * j + 16 * sub));
+    } else if constexpr (T == CK_Q6_K) {
+        const int sb = k0 >> 8;
+        const uint8_t *blk = rp + sb * 208;
+        const int idx = k0 & 255, h = idx >> 7, r_ = idx & 127, quad = r_ >> 5, l0 = r_ & 31;
+        r.q[0] = __ldg((const uint4 *)(blk + 64 * h + l0 + ((quad & 1) ? 32 : 0)));
+        r.q[1] = __ldg((const uint4 *)(blk + 128 + 32 * h + l0));
+        r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + sb);
+        r.m[1] = (uint32_t)(int32_t)(int8_t)__ldg(blk + 192 + 8 * h + (l0 >> 4) + 2 * quad);
+    }
+}
+
+/* value[i] = s * v[i] + b for the 16 values load16 fetched at k0. */
+template <int T>
+static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, float v[16], float &s, float &b) {
+    s = 1.0f;
+    b = 0.0f;
+    if constexpr (T == CK_F32) {
+        const uint32_t *wd = (const uint32_t *)r.q;
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = __uint_as_float(wd[i]);
+    } else if constexpr (T == CK_F16 || T == CK_BF16) {
+        const uint32_t *wd = (const uint32_t *)r.q;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint16_t lo = (uint16_t)(wd[j] & 0xFFFF), hi = (uint16_t)(wd[j] >> 16);
+            v[2 * j] = T == CK_F16 ? h2f(lo) : bf2f(lo);
+            v[2 * j + 1] = T == CK_F16 ? h2f(hi) : bf2f(hi);
+        }
+    } else if constexpr (T == CK_Q8_0) {
+        s8x4_to_f(r.q[0].x, v), s8x4_to_f(r.q[0].y, v + 4), s8x4_to_f(r.q[0].z, v + 8), s8x4_to_f(r.q[0].w, v + 12);
+        s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_0) {
+        const int shift = (k0 & 16) ? 4 : 0;
+        const uint4 u = r.q[0];
+        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 8.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 8.0f, v + 4);
+        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 8.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 8.0f, v + 12);
+        s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_K) {
+        const int idx = k0 & 255, j = idx >> 6, hi = (idx >> 5) & 1;
+        const float d = h2f((uint16_t)(r.m[0] & 0xFFFF)), dmin = h2f((uint16_t)(r.m[0] >> 16));
+        /* the 12 scale bytes are bytes 0..11 of m[1..3]; byte i = (m[1 + i/4] >> 8*(i%4)) & 0xFF */
+        const uint32_t s0 = r.m[1], s1 = r.m[2], s2 = r.m[3];
+        const int is = 2 * j + hi;
+        int sc, mn;
+        /* is < 4: sc = q[is] & 63, mn = q[is+4] & 63; else sc = (q[is+4] & 15) | (q[is-4] >> 6) << 4,
+         * mn = (q[is+4] >> 4) | (q[is] >> 6) << 4 (with is-4 in 0..3, is in 4..7, is+4 in 8..11) */
+        if (is < 4) {
+            sc = (int)((s0 >> (8 * is)) & 63);
+            mn = (int)((s1 >> (8 * is)) & 63);
+        } else {
+            const int i4 = is - 4;
+            const uint32_t q8 = (s2 >> (8 * i4)) & 0xFF, qlo = (s0 >> (8 * i4)) & 0xFF, qhi = (s1 >> (8 * i4)) & 0xFF;
+            sc = (int)((q8 & 15) | ((qlo >> 6) << 4));
+            mn = (int)((q8 >> 4) | ((qhi >> 6) << 4));
+        }
+        const int shift = 4 * hi;
+        const uint4 u = r.q[0];
+        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 0.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 0.0f, v + 4);
+        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 0.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 0.0f, v + 12);
+        s = d * (float)sc;
+        b = -dmin * (float)mn;
+    } else if constexpr (T == CK_Q6_K) {
+        const int idx = k0 & 255, quad = (idx & 127) >> 5;
+        const int ns = (quad >= 2) ? 4 : 0, hs = 2 * quad;
+        const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w}, hq[4] = {r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            u8x4_to_f(((lq[i] >> ns) & 0x0F0F0F0Fu) | (((hq[i] >> hs) & 0x03030303u) << 4), 32.0f, v + 4 * i);
+        s = h2f((uint16_t)r.m[0]) * (float)(int32_t)r.m[1];
+    }
+}
+
+/* Values k0..k0+15 of row `row` (k0 a multiple of 16): value[i] = s * v[i] + b. Values past w.in are 0. */
+template <int T>
+static __device__ __forceinline__ void dequant16(const dev_weight &w, int row, int k0, float v[16], float &s, float &b) {
+    raw16<T> r;
+    load16<T>(w, row, k0, r);
+    convert16<T>(r, k0, v, s, b);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+/* Sum over the block (all threads get it); red holds one float per warp. */
+static __device__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < nw; i++) t += red[i];
+    __syncthreads();
+    return t;
+}
+
+/* (value, index) order for the argmax: larger value, then lower index. */
+static __device__ __forceinline__ bool arg_better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+/* ------------------------------------------------------------------ decode: matrix x vector */
+
+/* Pulls into L2 the weight rows that this block's warps will read in a matvec over `n_blocks` blocks:
+ * up to max_iters of the block's pair groups, at most 16 KiB of each warp's stretch of a row. The weights
+ * never depend on an earlier kernel or phase, so this may run before waiting for one. */
+static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int block, int n_blocks, int max_iters) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool dual = a.pair == MV_PAIR_DUAL;
+    const int out = a.w0.out, n_pairs = dual ? out : (out + 1) >> 1;
+    const int ks_n = a.ksplit, ppb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
+    const long long rb = a.w0.row_bytes, b0 = rb * ks / ks_n, b1 = rb * (ks + 1) / ks_n;
+    const uint8_t *w0q = a.w0.q, *w1q = dual ? a.w1.q : a.w0.q;
+    int it = 0;
+    for (int pg = block; it < max_iters; pg += n_blocks, it++) {
+        const int p = pg * ppb + slot;
+        if (p >= n_pairs) break;
+        const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
+        const uint8_t *q0 = w0q + (long long)r0 * rb, *q1 = w1q + (long long)r1 * rb;
+        for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
+            prefetch_l2(q0 + off);
+            if (r1 < out) prefetch_l2(q1 + off);
+        }
+    }
+}
+
+/* One block's share of a decode matrix x vector over `n_blocks` blocks (this is block `block`): the prologue
+ * builds the input in xs (dynamic shared memory of ck_matvec_smem(in) bytes), copied or RMSNorm'ed; then
+ * the block's pairs of rows, and the epilogue of a.epi. Every thread of the block (MV_THREADS) calls it.
+ * Activations are read with L2-coherent loads: in the persistent decode kernel other blocks wrote them. */
+template <int T>
+static __device__ __forceinline__ void matvec_block(const mv_args &a, int block, int n_blocks, float *xs) {
+    __shared__ float red[MV_WARPS];
+    __shared__ int redi[MV_WARPS];
+    __shared__ int last_block;
+    __shared__ float kpart[MV_WARPS][2];
+    __shared__ float nred[MV_WARPS];
+    const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int in_pad = (in + 15) & ~15, NU = in_pad >> 4, NUP = NU | 1; /* odd stride: no bank conflicts */
+    const bool dual = a.pair == MV_PAIR_DUAL;
+    const int out = a.w0.out;
+    const int n_pairs = dual ? out : (out + 1) >> 1;
+    /* ksplit warps share a pair, each over its own stretch of units [ub, ue); a block holds ppb pairs */
+    const int ks_n = a.ksplit, ppb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
+    const int ub = (int)((long long)NU * ks / ks_n), ue = (int)((long long)NU * (ks + 1) / ks_n);
+    /* the second row's matrix: w1 (same type and shape) in dual mode, else w0; built from scalars so that
+     * the selection stays in registers */
+    dev_weight w1 = a.w0;
+    w1.q = dual ? a.w1.q : a.w0.q;
+    w1.d = dual ? a.w1.d : a.w0.d;
+    /* UN units per lane per step, every load unconditional (rows and units clamped to valid ones, their
+     * results dropped) so that all of a step's loads are in flight together */
+    constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
+    /* the rows of pair group pg for this warp: p clamped to a valid pair (`valid` says whether it is one),
+     * r1c: r1 clamped to a valid row */
+#define MV_ROWS_OF(pg)                                              \
+    const bool valid = (pg) * ppb + slot < n_pairs;                 \
+    const int p = valid ? (pg) * ppb + slot : n_pairs - 1;          \
+    const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;     \
+    const int r1c = r1 < out ? r1 : r0;
+    /* one step's loads: units u0, u0 + 32, ... of rows r0 (w0) and r1c (w1) */
+#define MV_LOAD_STEP(u0, ra, rb)                                    \
+    _Pragma("unroll") for (int k = 0; k < UN; k++) {               \
+        const int u = (u0) + 32 * k, uc = u < ue ? u : (u0);        \
+        load16<T>(a.w0, r0, 16 * uc, ra[k]);                        \
+        load16<T>(w1, r1c, 16 * uc, rb[k]);                         \
+    }
+
+    /* prologue: the input vector (RMSNorm'ed or not) in shared memory, transposed so that lane u of a warp
+     * reading value i of its unit (16 values) hits bank (i * NUP + u) % 32: xs[(k % 16) * NUP + k / 16] = x[k] */
+#define XS(k) xs[((k) & 15) * NUP + ((k) >> 4)]
+    const bool norm = a.in_mode == MV_IN_NORM;
+    float ss = 0.0f;
+    if ((in & 3) == 0 && ((uintptr_t)a.x & 15) == 0 && (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
+        /* 16-byte loads, up to eight per thread in flight: one round trip for inputs up to 8192 values */
+        const int in4 = in >> 2;
+#pragma unroll 8
+        for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
+            const float4 v = __ldcg((const float4 *)a.x + i4);
+            const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            const int i = 4 * i4;
+            XS(i) = v.x * w.x, XS(i + 1) = v.y * w.y, XS(i + 2) = v.z * w.z, XS(i + 3) = v.w * w.w;
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    } else {
+#pragma unroll 4
+        for (int i = tid; i < in; i += MV_THREADS) {
+            const float v = __ldcg(a.x + i), w = norm ? __ldg(a.norm_w + i) : 1.0f;
+            XS(i) = v * w;
+            ss += v * v;
+        }
+    }
+    if (norm) { /* RMSNorm: xs holds x * w; the products are scaled once, at the end */
+        ss = warp_sum(ss);
+        if (lane == 0) nred[warp] = ss;
+    }
+    for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
+#undef XS
+    __syncthreads();
+    float scale = 1.0f;
+    if (norm) {
+        float tot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MV_WARPS; i++) tot += nred[i];
+        scale = 1.0f / sqrtf(tot / (float)in + a.eps);
+    }
+
+    float best_v = -INFINITY;
+    int best_i = 0x7FFFFFFF;
+
+    for (int pg = block; pg * ppb < n_pairs; pg += n_blocks) { /* the same trip count in every warp */
+        MV_ROWS_OF(pg)
+        const bool has1 = r1 < out;
+        const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
+        float acc0 = 0.0f, acc1 = 0.0f, y0 = 0.0f, y1 = 0.0f;
+        if (a.epi == MV_EPI_ADD && lead) { /* the residual rows, fetched while the weights stream */
+            y0 = __ldcg(a.y + r0);
+            if (has1) y1 = __ldcg(a.y + r1);
+        }
+        /* one step: the dot products of units u0, u0 + 32, ... (loaded into ra, rb) added to acc0, acc1 */
+#define MV_DOT_STEP(u0, ra, rb)                                                 \
+    _Pragma("unroll") for (int k = 0; k < UN; k++) {                           \
+        const int u = (u0) + 32 * k;                                            \
+        const bool ok = u < ue;                                                 \
+        const int uc = ok ? u : (u0);                                           \
+        const float *xp = xs + uc; /* value i of this unit at xp[i * NUP] */    \
+        float v0[16], v1[16], s0, b0, s1, b1;                                   \
+        convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
+        convert16<T>(rb[k], 16 * uc, v1, s1, b1);                               \
+        float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                                  \
+        _Pragma("unroll") for (int i = 0; i < 16; i++) {                       \
+            const float xv = xp[i * NUP];                                       \
+            d0 = fmaf(v0[i], xv, d0);                                           \
+            d1 = fmaf(v1[i], xv, d1);                                           \
+            if constexpr (T == CK_Q4_K) sx += xv;                               \
+        }                                                                       \
+        float c0 = s0 * d0, c1 = s1 * d1;                                       \
+        if constexpr (T == CK_Q4_K) c0 += b0 * sx, c1 += b1 * sx;               \
+        acc0 += ok ? c0 : 0.0f;                                                 \
+        acc1 += ok ? c1 : 0.0f;                                                 \
+    }
+        for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {
+            raw16<T> ra[UN], rb[UN];
+            MV_LOAD_STEP(u0, ra, rb)
+            MV_DOT_STEP(u0, ra, rb)
+        }
+#undef MV_DOT_STEP
+        acc0 = warp_sum(acc0);
+        acc1 = warp_sum(acc1);
+        if (ks_n > 1) { /* the pair's warps add their stretches */
+            if (lane == 0) kpart[warp][0] = acc0, kpart[warp][1] = acc1;
+            __syncthreads();
+            if (lead)
+                for (int k = 1; k < ks_n; k++) acc0 += kpart[warp + k][0], acc1 += kpart[warp + k][1];
+            __syncthreads();
+        }
+        if (!lead) continue;
+        acc0 *= scale;
+        acc1 *= scale;
+        switch (a.epi) {
+        case MV_EPI_STORE:
+            a.y[r0] = acc0;
+            if (has1) a.y[r1] = acc1;
+            break;
+        case MV_EPI_ADD:
+            a.y[r0] = y0 + acc0;
+            if (has1) a.y[r1] = y1 + acc1;
+            break;
+        case MV_EPI_SWIGLU:
+            a.y[p] = acc0 / (1.0f + expf(-acc0)) * acc1;
+            break;
+        case MV_EPI_QKV: {
+            const int pos = *a.pos, gr = a.row_offset + r0;
+            if (gr < a.nq + a.nk) {
+                const int i = (gr < a.nq ? gr : gr - a.nq) % a.head_dim;
+                if (i < a.n_rot) {
+                    float sn, cs;
+                    sincosf((float)pos * a.rope_freq[i >> 1], &sn, &cs);
+                    const float x0 = acc0, x1 = acc1;
+                    acc0 = x0 * cs - x1 * sn;
+                    acc1 = x0 * sn + x1 * cs;
+                }
+                if (gr < a.nq) {
+                    a.q_out[gr] = acc0;
+                    a.q_out[gr + 1] = acc1;
+                } else {
+                    __half *k = a.k_cache + (long long)pos * a.kv_dim + (gr - a.nq);
+                    k[0] = __float2half(acc0);
+                    k[1] = __float2half(acc1);
+                }
+            } else {
+                __half *v = a.v_cache + (long long)pos * a.kv_dim + (gr - a.nq - a.nk);
+                v[0] = __float2half(acc0);
+                v[1] = __float2half(acc1);
+            }
+            break;
+        }
+        case MV_EPI_LOGITS:
+            a.y[r0] = acc0;
+            if (arg_better(acc0, r0, best_v, best_i)) best_v = acc0, best_i = r0;
+            if (has1) {
+                a.y[r1] = acc1;
+                if (arg_better(acc1, r1, best_v, best_i)) best_v = acc1, best_i = r1;
+            }
+            break;
+        }
+    }
+
+    if (a.epi != MV_EPI_LOGITS) return;
+    /* argmax: per block, then the last block to finish reduces the blocks' results */
+    if (lane == 0) red[warp] = best_v, redi[warp] = best_i;
+    __syncthreads();
+    if (tid == 0) {
+        float bv = red[0];
+        int bi = redi[0];
+        for (int i = 1; i < MV_WARPS; i++)
+            if (arg_better(red[i], redi[i], bv, bi)) bv = red[i], bi = redi[i];
+        a.arg_val[block] = bv;
+        a.arg_idx[block] = bi;
+        __threadfence();
+        last_block = atomicAdd(a.counter, 1u) == (unsigned)n_blocks - 1;
+    }
+    __syncthreads();
+    if (!last_block || warp != 0) return;
+    __threadfence();
+    float bv = -INFINITY;
+    int bi = 0x7FFFFFFF;
+    for (int i = lane; i < n_blocks; i += 32) {
+        const float v = ((volatile float *)a.arg_val)[i];
+        const int id = ((volatile int *)a.arg_idx)[i];
+        if (arg_better(v, id, bv, bi)) bv = v, bi = id;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) {
+        *a.arg_out = bi == 0x7FFFFFFF ? 0 : bi;
+        *a.counter = 0;
+    }
+#undef MV_ROWS_OF
+#undef MV_LOAD_STEP
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* A barrier of the ATT_THREADS threads that run attention (threads 0..ATT_THREADS-1 of the block). */
+static __device__ __forceinline__ void att_sync() { asm volatile("bar.sync 1, %0;" ::"n"(ATT_THREADS) : "memory"); }
+
+/* Shared memory of attention_item: queries, scores, running max / sum / rescale per head and the last-block
+ * flag (floats), then the V rows of the current 64 keys (halves, 16-byte aligned). */
+#define ATT_SMEM_FLOATS (ATT_MAX_G * 256 + ATT_MAX_G * ATT_THREADS + 4 * ATT_MAX_G)
+#define ATT_SMEM_BYTES (ATT_SMEM_FLOATS * 4 + ATT_THREADS * 256 * 2)
+
+/* Attention of token t for KV head kvh over split `split` of the cache (see attn_args), run by threads
+ * 0..ATT_THREADS-1 of the block (they synchronise among themselves only), for groups of at most MG query
+ * heads per KV head (MG <= ATT_MAX_G: fewer registers for small groups), CH 16-byte pieces of a K and a
+ * V row in flight per thread (8: a 64-dim head at once; fewer registers with 4). sm: ATT_SMEM_BYTES of shared memory,
+ * 16-byte aligned. May be called again by the same threads for another (split, kvh). */
+template <int MG, int CH>
+static __device__ __forceinline__ void attention_item(const attn_args &a, int split, int kvh, int t, float *sm) {
+    float *qs = sm;
+    float(*ps)[ATT_THREADS] = (float(*)[ATT_THREADS])(sm + ATT_MAX_G * 256);
+    float *m_sh = sm + ATT_MAX_G * 256 + ATT_MAX_G * ATT_THREADS, *l_sh = m_sh + ATT_MAX_G, *alpha_sh = l_sh + ATT_MAX_G;
+    int &is_last = *(int *)(alpha_sh + ATT_MAX_G);
+    __half *vs = (__half *)(sm + ATT_SMEM_FLOATS);
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
+    att_sync(); /* a previous item's threads are done with the shared arrays */
+    /* the position and the queries are independent loads: both in flight before either is used */
+    const int pos0 = a.pos_dev ? __ldcg(a.pos_dev) : a.pos0;
+    for (int i = tid; i < G * hd; i += ATT_THREADS) {
+        const int g = i / hd, d = i - g * hd;
+        qs[i] = __ldcg(a.q + (long long)t * a.q_stride + (kvh * G + g) * hd + d) * a.scale;
+    }
+    const int n_keys = pos0 + t + 1;
+    const int n_active = (n_keys + a.chunk - 1) / a.chunk;
+    const int k_begin = split * a.chunk;
+    const int k_end = min(n_keys, k_begin + a.chunk);
+    if (k_begin >= k_end) return; /* an idle split (the whole block leaves together) */
+    if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
+    float acc[MG][ATT_MAX_D];
+#pragma unroll
+    for (int g = 0; g < MG; g++)
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
+    att_sync();
+
+    for (int kb = k_begin; kb < k_end; kb += ATT_THREADS) {
+        const int j = kb + tid;
+        float sc[MG];
+#pragma unroll
+        for (int g = 0; g < MG; g++) sc[g] = 0.0f;
+        if (j < k_end) {
+            /* this thread's key: its K row for the scores and its V row into shared memory, 64 dims at a
+             * time with every load of a chunk in flight together */
+            const __half *kr = a.k_cache + (long long)j * a.kv_dim + kvh * hd;
+            const __half *vr = a.v_cache + (long long)j * a.kv_dim + kvh * hd;
+            if ((hd & 7) == 0) {
+                for (int d0 = 0; d0 < hd; d0 += 8 * CH) {
+                    uint4 kv[CH], vv[CH];
+#pragma unroll
+                    for (int c = 0; c < CH; c++)
+                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c), vv[c] = *(const uint4 *)(vr + d0 + 8 * c);
+#pragma unroll
+                    for (int c = 0; c < CH; c++) {
+                        if (d0 + 8 * c >= hd) break;
+                        const __half2 *h2 = (const __half2 *)&kv[c];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float2 kk = __half22float2(h2[e]);
+                            const int d = d0 + 8 * c + 2 * e;
+#pragma unroll
+                            for (int g = 0; g < MG; g++)
+                                if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                        }
+                        *(uint4 *)&vs[tid * hd + d0 + 8 * c] = vv[c];
+                    }
+                }
+            } else {
+                for (int d = 0; d < hd; d += 2) {
+                    const float2 kk = __half22float2(*(const __half2 *)(kr + d));
+#pragma unroll
+                    for (int g = 0; g < MG; g++)
+                        if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                    *(__half2 *)&vs[tid * hd + d] = *(const __half2 *)(vr + d);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < MG; g++)
+                if (g < G) ps[g][tid] = sc[g];
+        } else {
+#pragma unroll
+            for (int g = 0; g < MG; g++)
+                if (g < G) ps[g][tid] = -INFINITY;
+        }
+        att_sync();
+        for (int g = warp; g < G; g += ATT_THREADS / 32) {
+            const float v0 = ps[g][lane], v1 = ps[g][lane + 32];
+            const float m_old = m_sh[g];
+            const float m_new = fmaxf(m_old, warp_max(fmaxf(v0, v1)));
+            const float e0 = __expf(v0 - m_new), e1 = __expf(v1 - m_new);
+            ps[g][lane] = e0;
+            ps[g][lane + 32] = e1;
+            const float sum = warp_sum(e0 + e1);
+            if (lane == 0) {
+                const float alpha = __expf(m_old - m_new);
+                l_sh[g] = l_sh[g] * alpha + sum;
+                m_sh[g] = m_new;
+                alpha_sh[g] = alpha;
+            }
+        }
+        att_sync();
+        const int nk = min(ATT_THREADS, k_end - kb);
+#pragma unroll
+        for (int g = 0; g < MG; g++)
+            if (g < G)
+#pragma unroll
+                for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] *= alpha_sh[g];
+#pragma unroll 4
+        for (int jj = 0; jj < nk; jj++) {
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_D; c++) {
+                const int d = tid + ATT_THREADS * c;
+                if (d < hd) {
+                    const float vv = __half2float(vs[jj * hd + d]);
+#pragma unroll
+                    for (int g = 0; g < MG; g++)
+                        if (g < G) acc[g][c] += ps[g][jj] * vv;
+                }
+            }
+        }
+        att_sync();
+    }
+
+    if (a.out || n_active == 1) {
+        /* the only split (or prefill): normalise and write */
+#pragma unroll
+        for (int g = 0; g < MG; g++) {
+            if (g >= G) break;
+            const int h = kvh * G + g;
+            const float inv = 1.0f / l_sh[g];
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_D; c++) {
+                const int d = tid + ATT_THREADS * c;
+                if (d >= hd) continue;
+                if (a.out) a.out[(long long)t * a.out_stride + h * hd + d] = __float2half(acc[g][c] * inv);
+                else a.out_f[h * hd + d] = acc[g][c] * inv;
+            }
+        }
+        return;
+    }
+
+    /* several splits: write this one's partial; the last block of this KV head to finish combines them */
+#pragma unroll
+    for (int g = 0; g < MG; g++) {
+        if (g >= G) break;
+        float *p = a.part + ((long long)split * a.n_head + kvh * G + g) * (hd + 2);
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) {
+            const int d = tid + ATT_THREADS * c;
+            if (d < hd) p[d] = acc[g][c];
+        }
+        if (tid == 0) p[hd] = m_sh[g], p[hd + 1] = l_sh[g];
+    }
+    __threadfence();
+    att_sync();
+    if (tid == 0) is_last = atomicAdd(&a.counters[kvh], 1u) == (unsigned)n_active - 1;
+    att_sync();
+    if (!is_last) return;
+    __threadfence();
+    float Mx[MG], Lx[MG];
+#pragma unroll
+    for (int g = 0; g < MG; g++) {
+        Mx[g] = -INFINITY, Lx[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
+    }
+#pragma unroll 4
+    for (int sp = 0; sp < n_active; sp++) {
+#pragma unroll
+        for (int g = 0; g < MG; g++) {
+            if (g >= G) break;
+            const float *p = a.part + ((long long)sp * a.n_head + kvh * G + g) * (hd + 2);
+            const float ms = __ldcg(p + hd), ls = __ldcg(p + hd + 1);
+            const float mn = fmaxf(Mx[g], ms);
+            const float f_old = __expf(Mx[g] - mn), f_new = __expf(ms - mn);
+            Lx[g] = Lx[g] * f_old + ls * f_new;
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_D; c++) {
+                const int d = tid + ATT_THREADS * c;
+                if (d < hd) acc[g][c] = acc[g][c] * f_old + __ldcg(p + d) * f_new;
+            }
+            Mx[g] = mn;
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < MG; g++) {
+        if (g >= G) break;
+        const float inv = 1.0f / Lx[g];
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) {
+            const int d = tid + ATT_THREADS * c;
+            if (d < hd) a.out_f[(kvh * G + g) * hd + d] = acc[g][c] * inv;
+        }
+    }
+    if (tid == 0) a.counters[kvh] = 0;
+}
+
+#endif
