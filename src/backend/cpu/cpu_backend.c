@@ -45,13 +45,9 @@ static void *carve(uint8_t *base, size_t *off, size_t n) {
     return base ? base + o : NULL;
 }
 
+/* The largest converted-activation buffer any matmul of the model needs for B rows. */
 static size_t max_scratch(const kiln_model *m, int B) {
-    size_t best = 0;
-    const kiln_weight *ws[] = {&m->output};
-    for (size_t i = 0; i < 1; i++) {
-        size_t s = cpu_matmul_scratch_bytes(ws[i]->type, (int)ws[i]->ne[0], B);
-        best = s > best ? s : best;
-    }
+    size_t best = cpu_matmul_scratch_bytes(m->output.type, (int)m->output.ne[0], B);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const kiln_layer *L = &m->layers[il];
         const kiln_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
