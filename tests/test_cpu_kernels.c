@@ -56,3 +56,39 @@ TEST(cpu_ops_match_formulas) {
     CHECK(fabs(h[0] - (cos(3.0) - 2 * sin(3.0))) < 1e-5 && fabs(h[1] - (sin(3.0) + 2 * cos(3.0))) < 1e-5);
     CHECK(fabs(h[2] - (3 * cos(t1) - 4 * sin(t1))) < 1e-5 && fabs(h[3] - (3 * sin(t1) + 4 * cos(t1))) < 1e-5);
 }
+
+#include "formats/blocks.h"
+#include "gguf/gguf.h"
+
+/* The activation quantizers of the matmul path: the reference's x.q8_0 / x.q8_1 bytes, AVX2 == scalar on
+ * random rows, and halves rounded to even (the reference AVX2 build's rule). */
+TEST(cpu_activation_quantizers_match_reference) {
+    gguf_file *f;
+    REQUIRE_OK(gguf_open(test_shared("quant/quant-vectors.gguf"), &f));
+    const gguf_tensor *x = gguf_find_tensor(f, "x"), *q0 = gguf_find_tensor(f, "x.q8_0"), *q1 = gguf_find_tensor(f, "x.q8_1");
+    REQUIRE(x && q0 && q1);
+    uint8_t out[2048];
+    kiln_quantize_row_for_dot(KILN_TYPE_Q4_0, x->data, out, 1024);
+    CHECK(!memcmp(out, q0->data, kiln_row_bytes(KILN_TYPE_Q8_0, 1024)));
+    kiln_quantize_row_for_dot(KILN_TYPE_Q4_1, x->data, out, 1024);
+    CHECK(!memcmp(out, q1->data, kiln_row_bytes(KILN_TYPE_Q8_1, 1024)));
+    gguf_close(f);
+    uint64_t rng = 99;
+    float row[256];
+    uint8_t a[512], b[512];
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 256; i++) row[i] = test_rand_normal(&rng) * (round % 5 ? 1.0f : 1e-3f);
+        if (round % 7 == 0) { row[0] = 127.0f; row[1] = 0.5f; row[2] = 1.5f; row[3] = -2.5f; } /* exact halves */
+        kiln_q8_0_act_ref(row, a, 256);
+        if (kiln_cpu_has_avx2()) { kiln_q8_0_act_avx2(row, b, 256); CHECKF(!memcmp(a, b, 8 * 34), "q8_0 round %d", round); }
+        kiln_q8_1_act_ref(row, a, 256);
+        if (kiln_cpu_has_avx2()) { kiln_q8_1_act_avx2(row, b, 256); CHECKF(!memcmp(a, b, 8 * 36), "q8_1 round %d", round); }
+    }
+    /* amax 127: id 1, so 0.5 -> 0, 1.5 -> 2, -2.5 -> -2 (to even; roundf would give 1, 2, -3) */
+    row[0] = 127.0f; row[1] = 0.5f; row[2] = 1.5f; row[3] = -2.5f;
+    kiln_q8_0_act_ref(row, a, 32);
+    const block_q8_0 *blk = (const block_q8_0 *)a;
+    CHECK_EQ_INT(blk->qs[1], 0);
+    CHECK_EQ_INT(blk->qs[2], 2);
+    CHECK_EQ_INT(blk->qs[3], -2);
+}

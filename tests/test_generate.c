@@ -152,9 +152,10 @@ static double teacher_forced_max_diff(kiln_model *m, kiln_session *s, const refe
 
 /* Every file with a llama.cpp reference: greedy ids from BOS against the reference's, and teacher-forced
  * logits against its logits. Float-weight files must follow every greedy id, logits within 0.02; quantized files quantize the
- * activations to 8 bits, which turns last-bit differences into small logit differences, so they must stay
- * within 0.25 of every reference logit (mean 0.05) and may leave the reference's path only where its own
- * top-1/top-2 gap was small. */
+ * activations to 8 bits (kiln does it with the reference's AVX2 quantizer and dot order), which turns any
+ * remaining last-bit difference into a small logit difference, so they must stay within 0.25 of every
+ * reference logit (mean 0.05). Every file must follow the reference for at least 50 tokens, and may leave
+ * it only where the reference's own top-1/top-2 gap is below 0.01. */
 TEST(generate_every_quant_matches_llamacpp_greedy) {
     static const struct { const char *ref; bool exact; } refs[] = {
         {"models/tinystories-656K/expected/llama.cpp/TinyStories-656K-Q8_0.greedy-BOS-100.json", false},
@@ -199,9 +200,10 @@ TEST(generate_every_quant_matches_llamacpp_greedy) {
             CHECKF(maxd < 0.02, "%s: logits differ by %.5f", r.model, maxd);
         } else {
             CHECKF(maxd < 0.25 && mean < 0.05, "%s: logits differ by up to %.4f (mean %.4f)", r.model, maxd, mean);
-            if (same < r.n_ids) CHECKF(ref_gap(&r, same) < 0.05, "%s: departs at step %zu where the reference's gap is %.4f",
-                                       r.model, same, ref_gap(&r, same));
         }
+        CHECKF(same >= 50 || same == r.n_ids, "%s: only %zu ids equal (the issue asks for >= 50)", r.model, same);
+        if (same < r.n_ids) CHECKF(ref_gap(&r, same) < 0.01, "%s: departs at step %zu where the reference's gap is %.4f",
+                                   r.model, same, ref_gap(&r, same));
         json_decref(r.root);
         kiln_session_close(s);
         kiln_model_close(m);

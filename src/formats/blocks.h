@@ -181,6 +181,11 @@ void kiln_dot_q6_K_avx2(int n, float *s, const void *x, const void *y);
 void kiln_q8_0_from_float_avx2(const float *x, void *y, int64_t n);
 void kiln_q8_K_from_float_avx2(const float *x, void *y, int64_t n);
 void kiln_q8_1_from_float_avx2(const float *x, void *y, int64_t n);
+/* The reference engine's activation quantizers (id = 127/amax, halves to even): scalar and AVX2. */
+void kiln_q8_0_act_ref(const float *x, void *y, int64_t n);
+void kiln_q8_1_act_ref(const float *x, void *y, int64_t n);
+void kiln_q8_0_act_avx2(const float *x, void *y, int64_t n);
+void kiln_q8_1_act_avx2(const float *x, void *y, int64_t n);
 void kiln_f16_from_float_avx2(const float *x, void *y, int64_t n);
 
 #endif

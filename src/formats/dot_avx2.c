@@ -459,6 +459,41 @@ AVX2 void kiln_q8_0_from_float_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* The activation quantizers of the reference engine's AVX2 build (what its CPU matmul applies to the
+ * activations): id = 127 / amax and round half to even, where the reference quantizer above uses
+ * 1 / (amax / 127) and rounds halves away from zero. The two differ in rare last-bit cases, enough to move
+ * a greedy run off the reference's tokens. */
+AVX2 static inline __m256i round_even_epi32(__m256 v) { return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+AVX2 void kiln_q8_0_act_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        const float amax = max_abs32(x, QK8_0);
+        y[i].d = kiln_f32_to_f16(amax / 127.f);
+        const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid)),
+                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid)),
+                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid)),
+                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid))));
+    }
+}
+
+AVX2 void kiln_q8_1_act_avx2(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        const float amax = max_abs32(x, QK8_1);
+        const float d = amax / 127.f;
+        y[i].d = kiln_f32_to_f16(d);
+        const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        const __m256i a = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
+        const __m256i b = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
+        const __m256i c = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
+        const __m256i e = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(a, b, c, e));
+        y[i].s = kiln_f32_to_f16(d * (float)hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e))));
+    }
+}
+
 AVX2 void kiln_q8_1_from_float_avx2(const float *x, void *vy, int64_t n) {
     block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {

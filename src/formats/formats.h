@@ -85,7 +85,8 @@ float kiln_bf16_to_f32(uint16_t h);
 uint16_t kiln_f32_to_bf16(float f);
 
 /* Converts one activation row x (n floats) to the vec_dot_type of weight_type (F32 copy, F16, BF16,
- * Q8_0, Q8_1 or Q8_K; the bytes equal that type's from_float) into dst, which must hold
+ * Q8_0, Q8_1 or Q8_K) into dst, as the reference engine's CPU matmul does: Q8_0 / Q8_1 with its AVX2
+ * activation quantizer (id = 127/amax, halves to even; kiln_q8_*_act_*), the others with from_float; which must hold
  * kiln_row_bytes(vec_dot_type, n). n must be a multiple of the weight type's block size and the
  * weight type must have a vec_dot (programmer error otherwise). Allocates nothing. */
 void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, int64_t n);

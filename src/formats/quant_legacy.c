@@ -318,3 +318,38 @@ void kiln_dot_q8_0_q8_0(int n, float *s, const void *vx, const void *vy) {
     }
     *s = sumf;
 }
+
+/* ---- activation quantizers of the reference engine's CPU matmul (AVX2 build): id = 127 / amax and round
+ * half to even (nearbyintf under the default rounding mode); Q8_1 also stores s = d * sum(q). */
+static void q8_act_block(const float *x, float *d_out, int8_t *q, int *sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    *d_out = amax / 127.f;
+    *sum = 0;
+    for (int j = 0; j < 32; j++) {
+        q[j] = (int8_t)nearbyintf(x[j] * id);
+        *sum += q[j];
+    }
+}
+
+void kiln_q8_0_act_ref(const float *x, void *vy, int64_t n) {
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        float d;
+        int sum;
+        q8_act_block(x + i * QK8_0, &d, y[i].qs, &sum);
+        y[i].d = kiln_f32_to_f16(d);
+    }
+}
+
+void kiln_q8_1_act_ref(const float *x, void *vy, int64_t n) {
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        float d;
+        int sum;
+        q8_act_block(x + i * QK8_1, &d, y[i].qs, &sum);
+        y[i].d = kiln_f32_to_f16(d);
+        y[i].s = kiln_f32_to_f16(d * (float)sum);
+    }
+}

@@ -63,6 +63,12 @@ void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, 
     KILN_ASSERT(w && w->vec_dot);
     const kiln_type_info *a = kiln_type_get(w->vec_dot_type);
     KILN_ASSERT(a && a->from_float && n % a->block_size == 0);
+    if (w->vec_dot_type == KILN_TYPE_Q8_0 || w->vec_dot_type == KILN_TYPE_Q8_1) {
+        const bool q80 = w->vec_dot_type == KILN_TYPE_Q8_0;
+        const bool avx2 = fast_quantizer[KILN_TYPE_Q8_0] != NULL;
+        (q80 ? (avx2 ? kiln_q8_0_act_avx2 : kiln_q8_0_act_ref) : (avx2 ? kiln_q8_1_act_avx2 : kiln_q8_1_act_ref))(x, dst, n);
+        return;
+    }
     kiln_from_float_fn fast = fast_quantizer[w->vec_dot_type];
     (fast ? fast : a->from_float)(x, dst, n);
 }
