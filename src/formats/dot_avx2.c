@@ -88,42 +88,33 @@ AVX2 void kiln_dot_f32_avx2(int n, float *s, const void *vx, const void *vy) {
 
 AVX2 static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-AVX2 void kiln_dot_f16_avx2(int n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_f16x8(x + i + 8), load_f16x8(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_f16x8(x + i + 16), load_f16x8(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_f16x8(x + i + 24), load_f16x8(y + i + 24), a3);
+/* The 16-bit float dots: four 8-lane accumulators over 32 values, an 8-lane tail, then scalar.
+ * LOAD8 widens 8 values to floats, TO_F32 one value. */
+#define DOT_16BIT(NAME, LOAD8, TO_F32)                                                                 \
+    AVX2 void NAME(int n, float *s, const void *vx, const void *vy) {                                  \
+        const uint16_t *x = vx, *y = vy;                                                               \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                    \
+        int i = 0;                                                                                     \
+        for (; i + 32 <= n; i += 32) {                                                                 \
+            a0 = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), a0);                                      \
+            a1 = _mm256_fmadd_ps(LOAD8(x + i + 8), LOAD8(y + i + 8), a1);                              \
+            a2 = _mm256_fmadd_ps(LOAD8(x + i + 16), LOAD8(y + i + 16), a2);                            \
+            a3 = _mm256_fmadd_ps(LOAD8(x + i + 24), LOAD8(y + i + 24), a3);                            \
+        }                                                                                              \
+        for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LOAD8(x + i), LOAD8(y + i), a0);               \
+        float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));              \
+        for (; i < n; i++) sum += TO_F32(x[i]) * TO_F32(y[i]);                                         \
+        *s = sum;                                                                                      \
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += h2f(x[i]) * h2f(y[i]);
-    *s = sum;
-}
 
 AVX2 static inline __m256 load_bf16x8(const uint16_t *p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-AVX2 void kiln_dot_bf16_avx2(int n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_bf16x8(x + i + 8), load_bf16x8(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_bf16x8(x + i + 16), load_bf16x8(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_bf16x8(x + i + 24), load_bf16x8(y + i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), a0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += kiln_bf16_to_f32(x[i]) * kiln_bf16_to_f32(y[i]);
-    *s = sum;
-}
+DOT_16BIT(kiln_dot_f16_avx2, load_f16x8, h2f)
+DOT_16BIT(kiln_dot_bf16_avx2, load_bf16x8, kiln_bf16_to_f32)
+#undef DOT_16BIT
 
 /* ------------------------------------------------------------------------------- 32-value blocks */
 
