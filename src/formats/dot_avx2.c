@@ -434,75 +434,48 @@ AVX2 static inline __m256i pack_i32x32_to_i8(__m256i a, __m256i b, __m256i c, __
     return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-AVX2 void kiln_q8_0_from_float_avx2(const float *x, void *vy, int64_t n) {
-    block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        const float amax = max_abs32(x, QK8_0);
-        const float d = amax / ((1 << 7) - 1);
-        const float id = d ? 1.0f / d : 0.0f;
+/* One 32-value block to int8 levels, with the reference quantizer's rule (id = 1 / (amax / 127), halves away
+ * from zero) or, when act, the rule of the reference engine's AVX2 activation quantizer (id = 127 / amax,
+ * halves to even: what its CPU matmul applies to activations; the two differ in rare last-bit cases, enough
+ * to move a greedy run off the reference's tokens). Returns d; *sum receives the sum of the levels. */
+AVX2 static inline __m256i round_even_epi32(__m256 v) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+AVX2 static inline float q8_block_avx2(const float *x, int8_t *qs, bool act, int *sum) {
+    const float amax = max_abs32(x, 32);
+    const float d = amax / ((1 << 7) - 1);
+    const float id = act ? (amax != 0.0f ? 127.f / amax : 0.0f) : (d ? 1.0f / d : 0.0f);
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i l[4];
+    for (int k = 0; k < 4; k++) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid);
+        l[k] = act ? round_even_epi32(v) : round_away_epi32(v);
+    }
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_to_i8(l[0], l[1], l[2], l[3]));
+    *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(l[0], l[1]), _mm256_add_epi32(l[2], l[3])));
+    return d;
+}
+
+AVX2 static inline void q8_0_rows_avx2(const float *x, block_q8_0 *y, int64_t n, bool act) {
+    int sum;
+    for (int64_t i = 0; i < n / QK8_0; i++) y[i].d = kiln_f32_to_f16(q8_block_avx2(x + i * QK8_0, y[i].qs, act, &sum));
+}
+
+/* q8_1 also stores s = d * (sum of the 32 levels); the integer sum is exact */
+AVX2 static inline void q8_1_rows_avx2(const float *x, block_q8_1 *y, int64_t n, bool act) {
+    int sum;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        const float d = q8_block_avx2(x + i * QK8_1, y[i].qs, act, &sum);
         y[i].d = kiln_f32_to_f16(d);
-        const __m256 vid = _mm256_set1_ps(id);
-        const __m256i q = pack_i32x32_to_i8(round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid)),
-                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid)),
-                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid)),
-                                            round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid)));
-        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+        y[i].s = kiln_f32_to_f16((float)sum * d);
     }
 }
 
-/* The activation quantizers of the reference engine's AVX2 build (what its CPU matmul applies to the
- * activations): id = 127 / amax and round half to even, where the reference quantizer above uses
- * 1 / (amax / 127) and rounds halves away from zero. The two differ in rare last-bit cases, enough to move
- * a greedy run off the reference's tokens. */
-AVX2 static inline __m256i round_even_epi32(__m256 v) { return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-
-AVX2 void kiln_q8_0_act_avx2(const float *x, void *vy, int64_t n) {
-    block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        const float amax = max_abs32(x, QK8_0);
-        y[i].d = kiln_f32_to_f16(amax / 127.f);
-        const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
-        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid)),
-                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid)),
-                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid)),
-                                                                  round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid))));
-    }
-}
-
-AVX2 void kiln_q8_1_act_avx2(const float *x, void *vy, int64_t n) {
-    block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
-        const float amax = max_abs32(x, QK8_1);
-        const float d = amax / 127.f;
-        y[i].d = kiln_f32_to_f16(d);
-        const __m256 vid = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
-        const __m256i a = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
-        const __m256i b = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
-        const __m256i c = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
-        const __m256i e = round_even_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
-        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(a, b, c, e));
-        y[i].s = kiln_f32_to_f16(d * (float)hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e))));
-    }
-}
-
-AVX2 void kiln_q8_1_from_float_avx2(const float *x, void *vy, int64_t n) {
-    block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
-        const float amax = max_abs32(x, QK8_1);
-        const float d = amax / ((1 << 7) - 1);
-        const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = kiln_f32_to_f16(d);
-        const __m256 vid = _mm256_set1_ps(id);
-        const __m256i a = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
-        const __m256i b = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
-        const __m256i c = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
-        const __m256i e = round_away_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
-        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_to_i8(a, b, c, e));
-        /* s = d * (sum of the 32 levels), the integer sum is exact */
-        const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, e)));
-        y[i].s = kiln_f32_to_f16(sum * d);
-    }
-}
+AVX2 void kiln_q8_0_from_float_avx2(const float *x, void *y, int64_t n) { q8_0_rows_avx2(x, y, n, false); }
+AVX2 void kiln_q8_1_from_float_avx2(const float *x, void *y, int64_t n) { q8_1_rows_avx2(x, y, n, false); }
+AVX2 void kiln_q8_0_act_avx2(const float *x, void *y, int64_t n) { q8_0_rows_avx2(x, y, n, true); }
+AVX2 void kiln_q8_1_act_avx2(const float *x, void *y, int64_t n) { q8_1_rows_avx2(x, y, n, true); }
 
 /* F32 -> F16 with F16C (round to nearest even, like kiln_f32_to_f16); groups holding a NaN take the scalar
  * path so that NaNs get the same bits too. */
