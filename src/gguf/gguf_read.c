@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -615,16 +616,21 @@ const gguf_kv *gguf_kv_at(const gguf_file *f, size_t i) {
     return &f->kvs[i];
 }
 
-const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
-    size_t n = strlen(key), lo = 0, hi = f->n_kv;
+/* Binary search over an index sorted by the gguf_str at byte offset str_off of each entry. */
+static const void *find_sorted(const void *const *sorted, size_t count, size_t str_off, const char *name) {
+    size_t n = strlen(name), lo = 0, hi = count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const gguf_kv *kv = f->kv_sorted[mid];
-        int c = cmp_bytes(kv->key.ptr, kv->key.len, key, n);
-        if (c == 0) return kv;
+        const gguf_str *k = (const gguf_str *)((const char *)sorted[mid] + str_off);
+        int c = cmp_bytes(k->ptr, k->len, name, n);
+        if (c == 0) return sorted[mid];
         if (c < 0) lo = mid + 1; else hi = mid;
     }
     return NULL;
+}
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key) {
+    return find_sorted((const void *const *)f->kv_sorted, f->n_kv, offsetof(gguf_kv, key), key);
 }
 
 size_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
@@ -635,15 +641,7 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *f, size_t i) {
 }
 
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
-    size_t n = strlen(name), lo = 0, hi = f->n_tensors;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const gguf_tensor *t = f->tensor_sorted[mid];
-        int c = cmp_bytes(t->name.ptr, t->name.len, name, n);
-        if (c == 0) return t;
-        if (c < 0) lo = mid + 1; else hi = mid;
-    }
-    return NULL;
+    return find_sorted((const void *const *)f->tensor_sorted, f->n_tensors, offsetof(gguf_tensor, name), name);
 }
 
 gguf_str gguf_arr_str(const gguf_arr *a, uint64_t i) {
