@@ -8,6 +8,8 @@
 KILN_SHARED ?= ../shared
 MODEL ?= $(KILN_SHARED)/models/tinystories-656K/TinyStories-656K-Q8_0.gguf
 PREFIX ?= /usr/local
+# parallel jobs of the recursive builds (make, make test)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CC ?= cc
 ifeq ($(origin CC),default)
 CC := gcc
@@ -46,7 +48,7 @@ TEST_OBJ := $(TEST_SRC:%.c=build/asan/%.o)
 .DEFAULT_GOAL := all
 
 all: deps
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory -j$(JOBS) build
 
 deps:
 	@sh scripts/install-deps.sh
@@ -99,7 +101,7 @@ build/asan/kiln: $(CLI_ASAN_OBJ) $(ASAN_OBJ)
 test-build: build/asan/kiln_tests build/asan/kiln kiln
 
 test: deps
-	@$(MAKE) --no-print-directory test-build
+	@$(MAKE) --no-print-directory -j$(JOBS) test-build
 	@KILN_SHARED=$(KILN_SHARED) KILN_BIN=build/asan/kiln KILN_REL_BIN=./kiln sh scripts/run-tests.sh
 
 # ---- benchmarks and fuzzing ----
