@@ -130,6 +130,7 @@ static double teacher_forced_max_diff(kiln_model *m, kiln_session *s, const refe
     const float *logits;
     double maxd = 0, sum = 0;
     size_t n = 0;
+    *mean = 0;
     kiln_session_reset(s);
     if (kiln_prefill(s, r->prompt, r->n_prompt, &logits) != KILN_OK) return 1e9;
     json_t *steps = json_object_get(r->root, "steps");
