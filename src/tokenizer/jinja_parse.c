@@ -783,44 +783,35 @@ static jnode *parse_pow(parser *p) {
     return l;
 }
 
-static jnode *parse_math2(parser *p) {
-    jnode *l = parse_pow(p);
+/* One level of left-associative binary operators: next parses the operands, ops[] maps operator tokens
+ * (longest first where one is a prefix of another) to their jop. */
+typedef struct binop_level { const char *tok; jop op; } binop_level;
+
+static jnode *parse_left_assoc(parser *p, jnode *(*next)(parser *), const binop_level *ops, size_t n_ops) {
+    jnode *l = next(p);
     for (;;) {
-        jop op;
-        if (at_op(p, "*")) op = JOP_MUL;
-        else if (at_op(p, "/")) op = JOP_DIV;
-        else if (at_op(p, "//")) op = JOP_FLOORDIV;
-        else if (at_op(p, "%")) op = JOP_MOD;
-        else break;
+        size_t k = 0;
+        while (k < n_ops && !at_op(p, ops[k].tok)) k++;
+        if (k == n_ops) return l;
         uint32_t off = cur(p)->off;
         advance(p);
-        l = binop(p, JN_BINOP, op, off, l, parse_pow(p));
+        l = binop(p, JN_BINOP, ops[k].op, off, l, next(p));
     }
-    return l;
+}
+
+static jnode *parse_math2(parser *p) {
+    static const binop_level ops[] = {{"*", JOP_MUL}, {"/", JOP_DIV}, {"//", JOP_FLOORDIV}, {"%", JOP_MOD}};
+    return parse_left_assoc(p, parse_pow, ops, sizeof ops / sizeof ops[0]);
 }
 
 static jnode *parse_concat(parser *p) {
-    jnode *l = parse_math2(p);
-    while (at_op(p, "~")) {
-        uint32_t off = cur(p)->off;
-        advance(p);
-        l = binop(p, JN_BINOP, JOP_CONCAT, off, l, parse_math2(p));
-    }
-    return l;
+    static const binop_level ops[] = {{"~", JOP_CONCAT}};
+    return parse_left_assoc(p, parse_math2, ops, 1);
 }
 
 static jnode *parse_math1(parser *p) {
-    jnode *l = parse_concat(p);
-    for (;;) {
-        jop op;
-        if (at_op(p, "+")) op = JOP_ADD;
-        else if (at_op(p, "-")) op = JOP_SUB;
-        else break;
-        uint32_t off = cur(p)->off;
-        advance(p);
-        l = binop(p, JN_BINOP, op, off, l, parse_concat(p));
-    }
-    return l;
+    static const binop_level ops[] = {{"+", JOP_ADD}, {"-", JOP_SUB}};
+    return parse_left_assoc(p, parse_concat, ops, 2);
 }
 
 static jnode *parse_compare(parser *p) {
