@@ -32,7 +32,10 @@ bool cli_opt(int argc, char **argv, int *i, const char *opt, const char **val, b
 int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler_params *p, bool *seed_given);
 /* Parses --device's value; false (error printed) when it is not cpu, cuda or auto. */
 bool cli_parse_device(const char *cmd, const char *s, kiln_device *out);
-/* Writes s as a JSON string literal (with quotes). */
+/* Length of the valid UTF-8 character at s (n bytes left), 0 when the bytes there are not one. */
+size_t cli_utf8_len(const unsigned char *s, size_t n);
+/* Writes s as a JSON string literal (with quotes); bytes that are not valid UTF-8 become U+FFFD, so the
+ * output always parses. */
 void cli_json_str(FILE *f, const char *s, size_t len);
 /* Reads a whole file (for -f); malloc'd, NUL-terminated. NULL and an error printed on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);

@@ -46,33 +46,13 @@ static void print_float(FILE *out, double x, bool is_f32) {
     fputs(buf, out);
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) { len = 2; min = 0x80; }
-    else if (c >= 0xe0 && c <= 0xef) { len = 3; min = 0x800; }
-    else if (c >= 0xf0 && c <= 0xf4) { len = 4; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    unsigned cp = c & (0x3f >> (len - 1));
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 /* A quoted string for the terminal: C escapes for controls, quotes and invalid bytes; UTF-8 kept. */
 static void text_str(FILE *out, const char *s, uint64_t len, bool full) {
     uint64_t n = full || len <= SUMMARY_STRING ? len : SUMMARY_STRING;
     fputc('"', out);
     for (uint64_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        size_t u = utf8_len((const unsigned char *)s + i, (size_t)(len - i));
+        size_t u = cli_utf8_len((const unsigned char *)s + i, (size_t)(len - i));
         if (c == '"' || c == '\\') { fprintf(out, "\\%c", c); i++; }
         else if (c == '\n') { fputs("\\n", out); i++; }
         else if (c == '\t') { fputs("\\t", out); i++; }
@@ -133,23 +113,6 @@ static void text_value(FILE *out, const gguf_value *v, bool full) {
 
 /* ---------------------------------------------------------------- JSON output */
 
-/* A JSON string literal; invalid UTF-8 bytes become U+FFFD so the output always parses. */
-static void json_str(FILE *out, const char *s, uint64_t len) {
-    fputc('"', out);
-    for (uint64_t i = 0; i < len;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t u = utf8_len((const unsigned char *)s + i, (size_t)(len - i));
-        if (c == '"' || c == '\\') { fprintf(out, "\\%c", c); i++; }
-        else if (c == '\n') { fputs("\\n", out); i++; }
-        else if (c == '\t') { fputs("\\t", out); i++; }
-        else if (c == '\r') { fputs("\\r", out); i++; }
-        else if (c < 0x20 || c == 0x7f) { fprintf(out, "\\u%04x", c); i++; }
-        else if (u == 0) { fputs("\\ufffd", out); i++; }
-        else { fwrite(s + i, 1, u, out); i += u; }
-    }
-    fputc('"', out);
-}
-
 static void json_num(FILE *out, double x, bool is_f32) {
     if (x != x || x - x != 0) fputs("null", out); /* NaN / inf are not JSON */
     else print_float(out, x, is_f32);
@@ -161,7 +124,7 @@ static void json_array_items(FILE *out, const gguf_arr *a, bool full) {
     for (uint64_t i = 0; i < n; i++) {
         if (i) fputc(',', out);
         switch (a->elem) {
-        case GGUF_VT_STRING: { gguf_str s = gguf_arr_str(a, i); json_str(out, s.ptr, s.len); break; }
+        case GGUF_VT_STRING: { gguf_str s = gguf_arr_str(a, i); cli_json_str(out, s.ptr, s.len); break; }
         case GGUF_VT_ARRAY: {
             gguf_arr sub = gguf_arr_sub(a, i);
             fprintf(out, "{\"elem\":\"%s\",\"n\":%llu,\"items\":", gguf_vtype_name(sub.elem), (unsigned long long)sub.n);
@@ -189,7 +152,7 @@ static void json_value(FILE *out, const gguf_value *v, bool full) {
     case GGUF_VT_F32: json_num(out, v->v.f, true); break;
     case GGUF_VT_F64: json_num(out, v->v.f, false); break;
     case GGUF_VT_BOOL: fputs(v->v.u ? "true" : "false", out); break;
-    case GGUF_VT_STRING: json_str(out, v->v.str.ptr, v->v.str.len); break;
+    case GGUF_VT_STRING: cli_json_str(out, v->v.str.ptr, v->v.str.len); break;
     case GGUF_VT_ARRAY: json_array_items(out, &v->v.arr, full); break;
     default: fputs("null", out); break;
     }
@@ -281,7 +244,7 @@ static void print_json(FILE *out, const gguf_file *f, const opts *o, const type_
     gguf_open_ns(f, &map_ns, &parse_ns);
     for (int t = 0; t < KILN_TYPE_COUNT; t++) { data_bytes += totals[t].bytes; all_elements += totals[t].elements; }
     fputs("{\"file\":", out);
-    json_str(out, gguf_path(f), strlen(gguf_path(f)));
+    cli_json_str(out, gguf_path(f), strlen(gguf_path(f)));
     fprintf(out, ",\"size\":%llu,\"version\":%u,\"alignment\":%u,\"data_offset\":%llu,\"data_bytes\":%llu,"
                  "\"n_kv\":%zu,\"n_tensors\":%zu,\"n_elements\":%llu,",
             (unsigned long long)gguf_file_size(f), gguf_version(f), gguf_alignment(f),
@@ -293,7 +256,7 @@ static void print_json(FILE *out, const gguf_file *f, const opts *o, const type_
     for (size_t i = 0; i < gguf_n_kv(f); i++) {
         const gguf_kv *kv = gguf_kv_at(f, i);
         fputs(i ? ",\n {\"key\":" : "\n {\"key\":", out);
-        json_str(out, kv->key.ptr, kv->key.len);
+        cli_json_str(out, kv->key.ptr, kv->key.len);
         fprintf(out, ",\"type\":\"%s\"", gguf_vtype_name(kv->value.type));
         if (kv->value.type == GGUF_VT_ARRAY) {
             const gguf_arr *a = &kv->value.v.arr;
@@ -308,7 +271,7 @@ static void print_json(FILE *out, const gguf_file *f, const opts *o, const type_
     for (size_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         fputs(i ? ",\n {\"name\":" : "\n {\"name\":", out);
-        json_str(out, t->name.ptr, t->name.len);
+        cli_json_str(out, t->name.ptr, t->name.len);
         fprintf(out, ",\"type\":\"%s\",\"type_id\":%u,\"shape\":[", type_name(t->type), t->type);
         for (uint32_t d = 0; d < t->n_dims; d++) fprintf(out, "%s%llu", d ? "," : "", (unsigned long long)t->ne[d]);
         fprintf(out, "],\"offset\":%llu,\"file_offset\":%llu,\"bytes\":%llu}", (unsigned long long)t->offset,

@@ -62,20 +62,37 @@ bool cli_opt(int argc, char **argv, int *i, const char *opt, const char **val, b
     return true;
 }
 
+size_t cli_utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { len = 2; min = 0x80; }
+    else if (c >= 0xe0 && c <= 0xef) { len = 3; min = 0x800; }
+    else if (c >= 0xf0 && c <= 0xf4) { len = 4; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    unsigned cp = c & (0x3f >> (len - 1));
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
 void cli_json_str(FILE *f, const char *s, size_t len) {
     fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
+    for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\r': fputs("\\r", f); break;
-        case '\t': fputs("\\t", f); break;
-        default:
-            if (c < 0x20) fprintf(f, "\\u%04x", c);
-            else fputc(c, f);
-        }
+        size_t u = cli_utf8_len((const unsigned char *)s + i, len - i);
+        if (c == '"' || c == '\\') { fprintf(f, "\\%c", c); i++; }
+        else if (c == '\n') { fputs("\\n", f); i++; }
+        else if (c == '\t') { fputs("\\t", f); i++; }
+        else if (c == '\r') { fputs("\\r", f); i++; }
+        else if (c < 0x20 || c == 0x7f) { fprintf(f, "\\u%04x", c); i++; }
+        else if (u == 0) { fputs("\\ufffd", f); i++; }
+        else { fwrite(s + i, 1, u, f); i += u; }
     }
     fputc('"', f);
 }
