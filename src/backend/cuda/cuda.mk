@@ -7,7 +7,12 @@
 ifneq ($(strip $(NVCC)),)
 ifneq ($(strip $(CU_SRC)),)
 
-CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+# nvcc may be a wrapper script (e.g. /usr/local/bin/nvcc), so ask nvcc itself where its toolkit lives and
+# find the static runtime there; without it the backend is left out with one line (never a link failure)
+CUDA_TOP := $(shell $(NVCC) --dryrun -c kiln_probe.cu 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -n 1)
+CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a \
+                 $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(patsubst %/bin/nvcc,%,$(NVCC))/lib64/libcudart_static.a))))
+ifneq ($(strip $(CUDA_LIBDIR)),)
 # SASS for these archs where this nvcc knows them, PTX for the newest of them
 CUDA_WANT_SASS := 80 86 89 90 100 110 120
 CUDA_KNOWN := $(shell $(NVCC) --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p')
@@ -21,7 +26,7 @@ CUDA_GENCODE := $(foreach a,$(CUDA_SASS),-gencode arch=compute_$(a),code=sm_$(a)
 
 CU_OBJ := $(CU_SRC:%.cu=build/cuda/%.o)
 CUDA_DEFS := -DKILN_HAVE_CUDA
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CUDA_LDLIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCCFLAGS := -std=c++17 -O3 -Iinclude -Isrc -DKILN_HAVE_CUDA -Xcompiler -fPIC,-Wall,-Wno-unused-function \
              -DKILN_CUDA_ARCHS='"$(CUDA_SASS)"' -DKILN_CUDA_PTX=$(CUDA_PTX) $(CUDA_GENCODE)
 
@@ -47,6 +52,9 @@ test-cuda: build/cuda/kiln_tests_cuda kiln
 bench-cuda: kiln
 	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_bench.sh
 
+else
+$(info kiln: $(NVCC) found but not libcudart_static.a beside it, building without CUDA)
+endif
 else
 $(info kiln: no CUDA sources, building without CUDA)
 endif
