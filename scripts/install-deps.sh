@@ -8,6 +8,10 @@ need=""
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"
+# the chat-template tests compare with Python's jinja2: Debian's package, unless a python3 on PATH has it
+if ! python3 -c 'import jinja2' >/dev/null 2>&1 && ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then
+    need="$need python3-jinja2"
+fi
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 if [ -n "$need" ]; then

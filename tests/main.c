@@ -67,6 +67,18 @@ const char *test_kiln_bin(void) {
     return b && *b ? b : "build/asan/kiln";
 }
 
+const char *test_python_jinja(void) {
+    static const char *const candidates[] = {"python3", "/usr/bin/python3"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "%s -c 'import jinja2' >/dev/null 2>&1", candidates[i]);
+        if (system(cmd) == 0) return candidates[i];
+    }
+    test_failf(__FILE__, __LINE__, "no python3 with jinja2 (the chat-template reference): run `make deps` "
+               "or apt-get install python3-jinja2");
+    return "python3";
+}
+
 const char *test_tmpdir(void) { return tmpdir; }
 
 char *test_read_file(const char *path, size_t *len) {

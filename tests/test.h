@@ -55,6 +55,9 @@ int test_failures(void);
 const char *test_shared(const char *rel);
 /* Path of the ASan-built CLI (KILN_BIN) for tests that run commands. */
 const char *test_kiln_bin(void);
+/* A python3 that can import jinja2 (the chat-template reference): `python3` on PATH, else /usr/bin/python3
+ * (Debian's python3-jinja2, which `make deps` installs). Fails the test loudly when neither has it. */
+const char *test_python_jinja(void);
 /* A fresh scratch directory for this test (removed by the runner afterwards). */
 const char *test_tmpdir(void);
 

@@ -175,7 +175,7 @@ static json_t *render_with_jinja2(json_t *jobs) {
     int wrc = json_dump_file(spec, jobs_path, JSON_COMPACT);
     json_decref(spec);
     if (wrc) { test_failf(__FILE__, __LINE__, "cannot write %s", jobs_path); return NULL; }
-    snprintf(cmd, sizeof cmd, "python3 tests/render_jinja.py '%s' '%s' 2>&1", jobs_path, res_path);
+    snprintf(cmd, sizeof cmd, "%s tests/render_jinja.py '%s' '%s' 2>&1", test_python_jinja(), jobs_path, res_path);
     char *out = NULL;
     int rc = test_run_cmd(cmd, &out);
     if (rc != 0) {
@@ -325,7 +325,7 @@ TEST(chat_template_matches_jinja2) {
 TEST(chat_template_random_conversations_match_jinja2) {
     char conv_path[1024], cmd[2048];
     snprintf(conv_path, sizeof conv_path, "%s/random.json", test_tmpdir());
-    snprintf(cmd, sizeof cmd, "python3 tests/render_jinja.py --random-conversations 20261129 %d '%s' 2>&1", 30, conv_path);
+    snprintf(cmd, sizeof cmd, "%s tests/render_jinja.py --random-conversations 20261129 %d '%s' 2>&1", test_python_jinja(), 30, conv_path);
     char *out = NULL;
     int rc = test_run_cmd(cmd, &out);
     REQUIREF(rc == 0, "python3 with jinja2 is required: %s", out ? out : "");

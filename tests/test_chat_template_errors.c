@@ -99,7 +99,7 @@ static json_t *run_reference(json_t *jobs) {
     int wrc = json_dump_file(spec, jp, JSON_COMPACT);
     json_decref(spec);
     if (wrc) { test_failf(__FILE__, __LINE__, "cannot write %s", jp); return NULL; }
-    snprintf(cmd, sizeof cmd, "python3 tests/render_jinja.py '%s' '%s' 2>&1", jp, rp);
+    snprintf(cmd, sizeof cmd, "%s tests/render_jinja.py '%s' '%s' 2>&1", test_python_jinja(), jp, rp);
     char *out = NULL;
     int rc = test_run_cmd(cmd, &out);
     if (rc) {
