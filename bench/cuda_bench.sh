@@ -1,7 +1,8 @@
 #!/bin/sh
 # cuda_bench.sh — `make bench-cuda`: the CUDA backend on real model shapes (run on the GPU machine).
 #   1. makes the models with `kiln mkmodel` (smollm2-135m Q8_0, llama-3.2-1b Q8_0 and Q4_K) unless present
-#   2. `kiln bench --device cuda`: open breakdown, prefill 512 and decode 128, medians of 5 repetitions
+#   2. `kiln bench --device cuda`: open breakdown, prefill 512 and decode 128, medians of 5 repetitions; decode 128
+#      from an empty context (like llama-bench's tg128) and, for smollm2-135m, after 128..2048 prompt tokens
 #   3. fresh process -> first token of a 13-token prompt (smollm2-135m), wall time of 5 processes
 #   4. `kiln run --device cuda --rounds 2`: the first-call penalty
 #   (between 2 and 3: the decode paths side by side, through the GPU test binary's cuda_decode_paths_speed)
@@ -47,6 +48,20 @@ for m in "$SHARED/models/stories260K/stories260K.gguf" "$SMOL" "$L1Q8" "$L1Q4"; 
     else
         echo "$name: bench failed: $(tail -2 "$OUT/bench-$name.err")" | tee -a "$SUMMARY"
     fi
+done
+
+# decode as llama-bench's tg128 measures it (128 steps from an empty context: -p 1), and how decode slows with
+# the context (attention over the cache): smollm2-135m after prompts of 128..2048 tokens
+for m in "$SMOL" "$L1Q8" "$L1Q4"; do
+    [ -f "$m" ] || continue
+    name=$(basename "$m" .gguf)
+    ctxs="1"
+    [ "$m" = "$SMOL" ] && ctxs="1 128 256 512 1024 2048"
+    for p in $ctxs; do
+        $KILN bench -m "$m" --device cuda -p "$p" -n 128 -r 5 --json > "$OUT/tg-$name-$p.json" 2> "$OUT/tg-$name-$p.err"
+        printf '%-28s decode128 after %4d tokens %8s tok/s\n' "$name" "$p" \
+            "$(json_get "$OUT/tg-$name-$p.json" decode_tok_s)" | tee -a "$SUMMARY"
+    done
 done
 
 # decode speed of the persistent kernel (1 and 2 blocks per SM) against the kernel-by-kernel graph, in one
