@@ -419,6 +419,10 @@ kiln_status gguf_writer_write(gguf_writer *w, const char *path, gguf_tensor_data
     kiln_status st = write_body(w, fp, tmp, align, fn, ctx);
     if (fflush(fp) != 0 && st == KILN_OK)
         st = kiln_fail(KILN_ERR_IO, "gguf writer: %s: write failed: %s", tmp, strerror(errno));
+    /* the bytes reach the disk before the rename makes them the file at PATH (a crash leaves the old file or
+     * the new one, never a renamed empty one) */
+    if (st == KILN_OK && fsync(fileno(fp)) != 0)
+        st = kiln_fail(KILN_ERR_IO, "gguf writer: %s: fsync failed: %s", tmp, strerror(errno));
     if (fclose(fp) != 0 && st == KILN_OK)
         st = kiln_fail(KILN_ERR_IO, "gguf writer: %s: close failed: %s", tmp, strerror(errno));
     if (st == KILN_OK && rename(tmp, path) != 0)
