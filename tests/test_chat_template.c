@@ -20,11 +20,12 @@
 
 #include "base/alloc.h"
 #include "gguf/gguf.h"
+#include "jinja_ref.h"
 #include "test.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/jinja.h"
 
-#define NOW 1721995200 /* 2024-07-26 12:00:00 UTC: what strftime_now() formats */
+#define NOW JINJA_REF_NOW
 
 /* The conversations: system + user, multi-turn, with and without add_generation_prompt, non-ASCII text,
  * special-token text inside turns, thinking off, tool calls (arguments as an object and as a JSON string,
@@ -166,30 +167,6 @@ static json_t *conversation_vars(json_t *conv) {
     return vars;
 }
 
-/* Runs tests/render_jinja.py over jobs; returns its results array (NULL and a failure when it cannot). */
-static json_t *render_with_jinja2(json_t *jobs) {
-    char jobs_path[1024], res_path[1024], cmd[4096];
-    snprintf(jobs_path, sizeof jobs_path, "%s/jobs.json", test_tmpdir());
-    snprintf(res_path, sizeof res_path, "%s/results.json", test_tmpdir());
-    json_t *spec = json_pack("{s:i, s:O}", "now", (json_int_t)NOW, "jobs", jobs);
-    int wrc = json_dump_file(spec, jobs_path, JSON_COMPACT);
-    json_decref(spec);
-    if (wrc) { test_failf(__FILE__, __LINE__, "cannot write %s", jobs_path); return NULL; }
-    snprintf(cmd, sizeof cmd, "%s tests/render_jinja.py '%s' '%s' 2>&1", test_python_jinja(), jobs_path, res_path);
-    char *out = NULL;
-    int rc = test_run_cmd(cmd, &out);
-    if (rc != 0) {
-        test_failf(__FILE__, __LINE__, "the jinja2 reference failed (python3 with jinja2 is required): rc %d: %s", rc, out ? out : "");
-        free(out);
-        return NULL;
-    }
-    free(out);
-    json_error_t err;
-    json_t *res = json_load_file(res_path, 0, &err);
-    if (!json_is_array(res)) { test_failf(__FILE__, __LINE__, "bad results file %s: %s", res_path, err.text); json_decref(res); return NULL; }
-    return res;
-}
-
 static bool is_required(const char *name) {
     for (size_t i = 0; i < sizeof REQUIRED / sizeof REQUIRED[0]; i++)
         if (!strncmp(name, REQUIRED[i], strlen(REQUIRED[i]))) return true;
@@ -247,7 +224,7 @@ TEST(chat_template_matches_jinja2) {
     for (int i = 0; i < n_t; i++)
         for (size_t c = 0; c < n_conv; c++)
             json_array_append_new(jobs, json_pack("{s:s, s:o}", "template", tf[i].path, "vars", conversation_vars(json_array_get(convs, c))));
-    json_t *res = render_with_jinja2(jobs);
+    json_t *res = jinja_ref_render(jobs);
     if (!res) { json_decref(jobs); json_decref(convs); free(tf); return; }
     REQUIRE(json_array_size(res) == json_array_size(jobs));
 
@@ -341,7 +318,7 @@ TEST(chat_template_random_conversations_match_jinja2) {
         json_t *v;
         json_array_foreach(convs, c, v) json_array_append_new(jobs, json_pack("{s:s, s:O}", "template", tf[i].path, "vars", v));
     }
-    json_t *res = render_with_jinja2(jobs);
+    json_t *res = jinja_ref_render(jobs);
     if (!res) { json_decref(jobs); json_decref(convs); free(tf); return; }
     int same = 0, both_err = 0, differ = 0;
     size_t n_conv = json_array_size(convs), j = 0;

@@ -14,11 +14,12 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "jinja_ref.h"
 #include "test.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/jinja.h"
 
-#define NOW 1721995200
+#define NOW JINJA_REF_NOW
 
 /* One construct (or a few) per template; rendered with SNIPPET_VARS by jinja2 and by kiln. */
 static const char *const SNIPPETS[] = {
@@ -91,32 +92,6 @@ static bool write_text(const char *path, const char *s) {
     return fclose(f) == 0 && ok;
 }
 
-static json_t *run_reference(json_t *jobs) {
-    char jp[1024], rp[1024], cmd[3000];
-    snprintf(jp, sizeof jp, "%s/jobs.json", test_tmpdir());
-    snprintf(rp, sizeof rp, "%s/results.json", test_tmpdir());
-    json_t *spec = json_pack("{s:i, s:O}", "now", (json_int_t)NOW, "jobs", jobs);
-    int wrc = json_dump_file(spec, jp, JSON_COMPACT);
-    json_decref(spec);
-    if (wrc) { test_failf(__FILE__, __LINE__, "cannot write %s", jp); return NULL; }
-    snprintf(cmd, sizeof cmd, "%s tests/render_jinja.py '%s' '%s' 2>&1", test_python_jinja(), jp, rp);
-    char *out = NULL;
-    int rc = test_run_cmd(cmd, &out);
-    if (rc) {
-        test_failf(__FILE__, __LINE__, "jinja2 reference failed (python3 with jinja2 is required): %s", out ? out : "");
-        free(out);
-        return NULL;
-    }
-    free(out);
-    json_t *res = json_load_file(rp, 0, NULL);
-    if (!json_is_array(res) || json_array_size(res) != json_array_size(jobs)) {
-        test_failf(__FILE__, __LINE__, "bad reference results");
-        json_decref(res);
-        return NULL;
-    }
-    return res;
-}
-
 TEST(chat_template_constructs_match_jinja2) {
     json_t *vars = json_loads(SNIPPET_VARS, 0, NULL);
     REQUIRE(vars);
@@ -128,7 +103,7 @@ TEST(chat_template_constructs_match_jinja2) {
         REQUIRE(write_text(path, SNIPPETS[i]));
         json_array_append_new(jobs, json_pack("{s:s, s:O}", "template", path, "vars", vars));
     }
-    json_t *res = run_reference(jobs);
+    json_t *res = jinja_ref_render(jobs);
     if (!res) { json_decref(jobs); json_decref(vars); return; }
     int same = 0, both_err = 0;
     for (size_t i = 0; i < n; i++) {
@@ -472,7 +447,7 @@ TEST(chat_template_cli) {
                              (size_t)facts.eos_token.len, "tools", "documents");
     gguf_close(gf);
     json_t *jobs = json_pack("[{s:s, s:o}]", "template", tpath, "vars", vars);
-    json_t *res = run_reference(jobs);
+    json_t *res = jinja_ref_render(jobs);
     if (!res) { json_decref(jobs); json_decref(msgs); return; }
     const char *ref = json_string_value(json_object_get(json_array_get(res, 0), "text"));
     REQUIRE(ref);
