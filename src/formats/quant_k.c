@@ -146,18 +146,27 @@ void kiln_q8_K_to_float(const void *vx, float *y, int64_t n) {
 
 /* ------------------------------------------------------------------------------ scale searches */
 
+/* The value of largest magnitude among x[0..n) (the first one on ties, as ggml scans), with its
+ * magnitude in *amax; 0 and 0 for an all-zero input. */
+static float signed_absmax(int n, const float *x, float *amax) {
+    float max = 0, a = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > a) {
+            a = ax;
+            max = x[i];
+        }
+    }
+    *amax = a;
+    return max;
+}
+
 /* Symmetric quantization of n values to [-nmax, nmax-1] (stored + nmax in L) with a weighted
  * least-squares refinement over 18 trial scales (ggml's make_qx_quants without importance weights;
  * rmse_type 1 weights each value by x^2). Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_absmax(n, x, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
@@ -289,14 +298,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
 /* Symmetric 3-bit quantization of n values to [-nmax, nmax-1] (stored + nmax in L); with do_rmse,
  * up to 5 passes of coordinate descent on the x^2-weighted squared error. ggml's make_q3_quants. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L, bool do_rmse) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = signed_absmax(n, x, &amax);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
@@ -626,14 +629,8 @@ void kiln_q6_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q6_
 void kiln_q8_K_from_float(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; j++) {
-            const float ax = fabsf(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        float amax;
+        const float max = signed_absmax(QK_K, x, &amax);
         if (!amax) {
             y[i].d = 0;
             memset(y[i].qs, 0, QK_K);
