@@ -50,6 +50,13 @@ typedef struct kiln_model kiln_model;
 /* Opens a GGUF model: maps the file, parses it, binds every tensor of the architecture and loads the
  * tokenizer. On failure *out is NULL. */
 kiln_status kiln_model_open(const char *path, kiln_model **out);
+
+typedef struct kiln_model_options {
+    bool strict;   /* a tensor in the file that the architecture does not use is an error (default: a warning) */
+} kiln_model_options;
+
+/* kiln_model_open with options (opt may be NULL: the defaults). */
+kiln_status kiln_model_open_ex(const char *path, const kiln_model_options *opt, kiln_model **out);
 void kiln_model_close(kiln_model *m);
 
 typedef struct kiln_model_info {
@@ -98,9 +105,10 @@ bool kiln_token_is_eog(const kiln_model *m, int32_t id);
 typedef enum kiln_device { KILN_DEVICE_AUTO = 0, KILN_DEVICE_CPU = 1, KILN_DEVICE_CUDA = 2 } kiln_device;
 
 typedef struct kiln_session_options {
-    int n_ctx;        /* 0: min(model context, 4096) */
+    int n_ctx;        /* positions per sequence; 0: min(model context, 4096) */
     int n_threads;    /* 0: number of online cores */
-    int max_batch;    /* largest prefill chunk; 0: n_ctx (capped at 512) */
+    int max_batch;    /* most rows of one forward pass (kiln_batch, a prefill chunk); 0: min(n_ctx, 512) */
+    int n_seq;        /* independent sequences (slots), each with its own KV region of n_ctx; 0: 1; at most 256 */
     kiln_device device;
     bool no_warm;     /* skip the warm pass (for measuring what it buys; never the default) */
 } kiln_session_options;
@@ -111,6 +119,55 @@ typedef struct kiln_session kiln_session;
  * loads every kernel, runs a warm pass over prefill and decode, then resets KV cache and counters. */
 kiln_status kiln_session_open(kiln_model *m, const kiln_session_options *opt, kiln_session **out);
 void kiln_session_close(kiln_session *s);
+
+/* ---- many sequences in one session (continuous batching) ----
+ * A session holds n_seq sequences. kiln_batch advances any mix of them in one forward pass: each row is
+ * (sequence, token id) at that sequence's next position (rows of one sequence follow each other in order),
+ * so a new prompt (many rows of one sequence) is processed in the same pass as other sequences' decode
+ * steps (one row each). Weights are read once per call for all rows. A sequence's results in a batch equal
+ * its results alone. The single-sequence calls below (kiln_prefill, kiln_decode, ...) act on sequence 0. */
+
+enum {
+    KILN_OUT_NONE = 0,    /* no output for this row (a prompt row that is not the last) */
+    KILN_OUT_LOGITS = 1,  /* the row's logits (n_vocab floats) and their argmax */
+    KILN_OUT_ARGMAX = 2,  /* only the argmax (greedy; lowest id on ties; on a GPU 4 bytes come back) */
+    KILN_OUT_SAMPLE = 3,  /* an id drawn with the row's sampler (the caller accepts it into the sampler) */
+};
+
+typedef struct kiln_sampler kiln_sampler;
+
+typedef struct kiln_batch_row {
+    int32_t seq;             /* 0 .. n_seq-1 */
+    int32_t id;              /* token id */
+    int32_t out;             /* KILN_OUT_* */
+    kiln_sampler *sampler;   /* KILN_OUT_SAMPLE only */
+} kiln_batch_row;
+
+typedef struct kiln_batch_output {
+    int32_t row;             /* index of the row in the call */
+    int32_t id;              /* argmax (LOGITS, ARGMAX) or the sampled id (SAMPLE) */
+    const float *logits;     /* KILN_OUT_LOGITS: n_vocab floats valid until the next call on the session; else NULL */
+} kiln_batch_output;
+
+/* Runs rows[0..n) in one forward pass (1 <= n <= max_batch; at most n_seq rows may ask for an output).
+ * out receives one entry per row whose out != KILN_OUT_NONE, in row order (out_cap >= their count);
+ * *n_out (may be NULL) their count. An unknown sequence, a sequence whose context would overflow, an
+ * empty or oversize batch, a bad id or too many outputs fail with a message naming the row, and change
+ * nothing for any sequence. */
+kiln_status kiln_batch(kiln_session *s, const kiln_batch_row *rows, size_t n, kiln_batch_output *out,
+                       size_t out_cap, size_t *n_out);
+/* Prefills n tokens of one sequence, split into max_batch chunks (the helper for long prompts); *logits
+ * (may be NULL) receives the last position's logits. On failure the sequence is as it was before. */
+kiln_status kiln_seq_prefill(kiln_session *s, int seq, const int32_t *ids, size_t n, const float **logits);
+/* Forgets every position of one sequence. */
+kiln_status kiln_seq_reset(kiln_session *s, int seq);
+/* Keeps the first n positions of one sequence (prompt-prefix reuse); n <= its n_past. */
+kiln_status kiln_seq_rewind(kiln_session *s, int seq, int n);
+/* Positions held by a sequence (-1 for an unknown sequence or a NULL session). */
+int kiln_seq_n_past(const kiln_session *s, int seq);
+int kiln_session_n_seq(const kiln_session *s);
+/* Bytes of KV cache per sequence (all allocated at open). */
+uint64_t kiln_session_kv_bytes_per_seq(const kiln_session *s);
 
 /* Runs n prompt tokens (all in one call, chunked by max_batch); *logits receives the last position's
  * logits (n_vocab floats, valid until the next call). Fails with KILN_ERR_CONTEXT_FULL when the tokens do
@@ -155,14 +212,15 @@ typedef struct kiln_sampler_params {
     float top_p;           /* >= 1: off */
     float min_p;           /* <= 0: off */
     float repeat_penalty;  /* 1: off */
-    int repeat_last_n;     /* window of the repetition penalty */
+    int repeat_last_n;     /* window of the repetition, presence and frequency penalties */
     uint64_t seed;
+    float presence_penalty;   /* OpenAI's: subtracted once from the logit of every id in the window; 0: off */
+    float frequency_penalty;  /* OpenAI's: subtracted per occurrence in the window; 0: off */
 } kiln_sampler_params;
 
 /* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 over 64. */
 kiln_sampler_params kiln_sampler_defaults(void);
 
-typedef struct kiln_sampler kiln_sampler;
 kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out);
 void kiln_sampler_close(kiln_sampler *s);
 /* Picks the next id from logits (n_vocab floats); does not allocate. */
@@ -170,6 +228,33 @@ int32_t kiln_sample(kiln_sampler *s, const float *logits);
 /* Records an id in the repetition window (prompt and generated tokens). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 void kiln_sampler_reset(kiln_sampler *s);
+
+/* ---------------------------------------------------------------- chat */
+
+typedef struct kiln_chat_message {
+    const char *role;      /* "system", "user", "assistant", "tool", ... (UTF-8, NUL-terminated) */
+    const char *content;
+} kiln_chat_message;
+
+typedef struct kiln_chat_template kiln_chat_template;
+
+/* Compiles a chat template: name_or_path NULL or "" takes the model's tokenizer.chat_template; else a
+ * built-in (chatml, llama2, llama3, mistral, gemma, phi3, zephyr) or a .jinja / tokenizer_config.json
+ * file. An unsupported construct fails here, naming it and its line:column. The template keeps a pointer
+ * to m (close it before the model). */
+kiln_status kiln_chat_template_open(const kiln_model *m, const char *name_or_path, kiln_chat_template **out);
+void kiln_chat_template_close(kiln_chat_template *t);
+
+/* Renders a conversation to the prompt text (as llama_chat_apply_template does). Writes at most cap
+ * bytes plus a NUL; *n_out receives the full length (> cap - 1: KILN_ERR_INVALID_ARG, retry with more). */
+kiln_status kiln_chat_apply(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n,
+                            bool add_generation_prompt, char *buf, size_t cap, size_t *n_out);
+
+/* Renders and tokenizes a conversation safely: the template's own markup is parsed for special tokens,
+ * the text of message contents is not (a user cannot forge <|im_start|>system). BOS as the vocabulary
+ * asks, unless the template wrote it. Writes at most cap ids; *n_out the total (> cap: KILN_ERR_INVALID_ARG). */
+kiln_status kiln_chat_tokenize(const kiln_chat_template *t, const kiln_chat_message *msgs, size_t n,
+                               bool add_generation_prompt, int32_t *ids, size_t cap, size_t *n_out);
 
 #ifdef __cplusplus
 }

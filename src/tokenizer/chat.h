@@ -16,12 +16,7 @@
 #include "kiln.h"
 #include "gguf/gguf.h"
 
-typedef struct kiln_chat_template kiln_chat_template;
-
-typedef struct kiln_chat_message {
-    const char *role;      /* "system", "user", "assistant", "tool", ... (UTF-8, NUL-terminated) */
-    const char *content;
-} kiln_chat_message;
+/* kiln_chat_template and kiln_chat_message are declared in kiln.h */
 
 typedef struct kiln_chat_render_opts {
     bool add_generation_prompt;   /* end with the opening of an assistant turn */
