@@ -48,7 +48,9 @@ const char *kiln_last_error(void);
 typedef struct kiln_model kiln_model;
 
 /* Opens a GGUF model: maps the file, parses it, binds every tensor of the architecture and loads the
- * tokenizer. On failure *out is NULL. */
+ * tokenizer. On failure *out is NULL. Metadata that changes the math and is not implemented (RoPE scaling
+ * other than none/linear, e.g. YaRN) is KILN_ERR_UNSUPPORTED naming the key; a tensor the architecture
+ * does not use is a warning naming it (an error with kiln_model_options.strict). */
 kiln_status kiln_model_open(const char *path, kiln_model **out);
 
 typedef struct kiln_model_options {

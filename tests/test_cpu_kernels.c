@@ -50,11 +50,17 @@ TEST(cpu_ops_match_formulas) {
     CHECK_EQ_INT(cpu_argmax((float[]){1, 5, 5, 2}, 4), 1);
     /* llama RoPE on adjacent pairs at position 3 with base 10000, n_rot 4 */
     float ct[2 * 8], st[2 * 8], h[4] = {1, 2, 3, 4};
-    cpu_rope_tables(ct, st, 8, 4, 10000.0f);
+    cpu_rope_tables(ct, st, 8, 4, 10000.0f, 1.0f, NULL);
     cpu_rope_head(h, ct + 3 * 2, st + 3 * 2, 4, false);
     double t1 = 3.0 * pow(10000.0, -0.5);
     CHECK(fabs(h[0] - (cos(3.0) - 2 * sin(3.0))) < 1e-5 && fabs(h[1] - (sin(3.0) + 2 * cos(3.0))) < 1e-5);
     CHECK(fabs(h[2] - (3 * cos(t1) - 4 * sin(t1))) < 1e-5 && fabs(h[3] - (3 * sin(t1) + 4 * cos(t1))) < 1e-5);
+    /* with frequency divisors {1, 4} and linear scaling 1/2: theta_i = p/2 * base^(-2i/n_rot) / ff[i] */
+    cpu_rope_tables(ct, st, 8, 4, 10000.0f, 0.5f, (const float[]){1.0f, 4.0f});
+    for (int i = 0; i < 2; i++) {
+        const double th = 0.5 * 5.0 * pow(10000.0, -0.5 * i) / (i ? 4.0 : 1.0);
+        CHECKF(fabs(ct[5 * 2 + i] - cos(th)) < 1e-6 && fabs(st[5 * 2 + i] - sin(th)) < 1e-6, "rope table p 5 i %d", i);
+    }
 }
 
 #include "formats/blocks.h"

@@ -19,6 +19,7 @@ static const char *usage_text =
     "      --threads N      CPU threads (default: all cores)\n"
     "      --device D       cpu, cuda or auto (default auto)\n"
     "      --json           one JSON object instead of text\n"
+    "      --strict         refuse a model file with tensors its architecture does not use\n"
     "  -h, --help           this help\n";
 
 static uint64_t now_ns(void) {
@@ -42,11 +43,13 @@ int cmd_bench(int argc, char **argv) {
     kiln_device device = KILN_DEVICE_AUTO;
     long P = 512, G = 128, R = 5, ctx = 0, threads = 0;
     bool json = false;
+    kiln_model_options mo = {0};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *a = argv[i];
         bool err = false;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--strict")) mo.strict = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("bench", v, &device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) {
@@ -70,7 +73,7 @@ int cmd_bench(int argc, char **argv) {
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     uint64_t t0 = now_ns();
-    if (kiln_model_open(model, &m) != KILN_OK || kiln_session_open(m, &o, &s) != KILN_OK) {
+    if (kiln_model_open_ex(model, &mo, &m) != KILN_OK || kiln_session_open(m, &o, &s) != KILN_OK) {
         cli_error("bench", "%s", kiln_last_error());
         kiln_model_close(m);
         return 1;

@@ -26,6 +26,7 @@ static const char *usage_text =
     "      --ctx N             context length (default min(model context, 4096))\n"
     "      --threads N         CPU threads\n"
     "      --device D          cpu, cuda or auto\n"
+    "      --strict            refuse a model file with tensors its architecture does not use\n"
     "  -h, --help              this help\n";
 
 typedef struct history {
@@ -62,12 +63,14 @@ int cmd_chat(int argc, char **argv) {
     kiln_device device = KILN_DEVICE_AUTO;
     long n_predict = -1, ctx = 0, threads = 0;
     kiln_sampler_params sp = kiln_sampler_defaults();
+    kiln_model_options mo = {0};
     sp.seed = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *a = argv[i];
         bool err = false;
         int rc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(a, "--strict")) mo.strict = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--system", &v, &err)) system = v;
         else if (cli_opt(argc, argv, &i, "--chat-template", &v, &err)) tmpl = v;
@@ -96,7 +99,7 @@ int cmd_chat(int argc, char **argv) {
     char *line = NULL;
     size_t line_cap = 0;
     int rc = 1;
-    if (kiln_model_open(model, &m) != KILN_OK || kiln_session_open(m, &so, &s) != KILN_OK) {
+    if (kiln_model_open_ex(model, &mo, &m) != KILN_OK || kiln_session_open(m, &so, &s) != KILN_OK) {
         cli_error("chat", "%s", kiln_last_error());
         goto done;
     }

@@ -30,6 +30,7 @@ static const char *usage_text =
     "      --rounds R          generate R times in one process and print the first-call penalty\n"
     "      --ignore-eos        do not stop at end-of-generation tokens\n"
     "      --no-warm           skip the warm pass of session open (to measure what it buys)\n"
+    "      --strict            refuse a model file with tensors its architecture does not use\n"
     "      --chat              treat the prompt as one user turn of a chat (the model's chat template)\n"
     "      --system TEXT       with --chat: a system message\n"
     "      --chat-template T   with --chat: a built-in template (chatml, llama2, llama3, ...) or a file\n"
@@ -41,7 +42,7 @@ typedef struct run_opts {
     kiln_device device;
     bool chat;
     long n_predict, ctx, threads, rounds;
-    bool json, ignore_eos, no_warm, seed_given;
+    bool json, ignore_eos, no_warm, seed_given, strict;
     kiln_sampler_params sp;
 } run_opts;
 
@@ -59,6 +60,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--no-warm")) o->no_warm = true;
+        else if (!strcmp(a, "--strict")) o->strict = true;
         else if (!strcmp(a, "--chat")) o->chat = true;
         else if (cli_opt(argc, argv, &i, "--system", &v, &err)) { if (!err) o->system = v; }
         else if (cli_opt(argc, argv, &i, "--chat-template", &v, &err)) { if (!err) o->chat_template = v; }
@@ -104,7 +106,7 @@ int cmd_run(int argc, char **argv) {
     run_setup setup = {
         .model_path = o.model, .prompt = prompt, .prompt_len = prompt_len, .n_predict = (int)o.n_predict,
         .rounds = (int)o.rounds, .json = o.json, .ignore_eos = o.ignore_eos, .sampler = o.sp,
-        .chat = o.chat, .system = o.system, .chat_template = o.chat_template,
+        .chat = o.chat, .system = o.system, .chat_template = o.chat_template, .mopt.strict = o.strict,
     };
     setup.sopt.n_ctx = (int)o.ctx;
     setup.sopt.n_threads = (int)o.threads;

@@ -156,7 +156,7 @@ int run_generate(const run_setup *s) {
     int rc = 1;
     if (!rs) return cli_error("run", "out of memory");
     uint64_t t0 = now_ns();
-    kiln_status st = kiln_model_open(s->model_path, &m);
+    kiln_status st = kiln_model_open_ex(s->model_path, &s->mopt, &m);
     if (st != KILN_OK) { cli_error("run", "%s", kiln_last_error()); goto done; }
     st = kiln_session_open(m, &s->sopt, &sess);
     if (st != KILN_OK) { cli_error("run", "%s", kiln_last_error()); goto done; }

@@ -19,6 +19,7 @@ typedef struct run_setup {
     bool json, ignore_eos, quiet;
     kiln_sampler_params sampler;
     kiln_session_options sopt;
+    kiln_model_options mopt;
 } run_setup;
 
 /* Opens the model and a session, generates `rounds` times (KV reset between rounds), streams the text

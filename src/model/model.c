@@ -1,7 +1,10 @@
 /*
  * model.c — kiln_model_open: map and parse the GGUF, read the hyperparameters of a llama-family
  * architecture (llama, qwen2, qwen3), bind every tensor by name with its expected shape, load the
- * tokenizer. Everything is a view into the map; nothing here knows about backends.
+ * tokenizer. RoPE: the frequency factors of rope_freqs.weight and linear scaling are applied; every
+ * other RoPE scaling (YaRN, LongRoPE, an attention factor) is refused at open, never ignored. A tensor
+ * the architecture does not use is a warning (an error with kiln_model_options.strict).
+ * Everything is a view into the map; nothing here knows about backends.
  */
 #include "model/model.h"
 
@@ -59,6 +62,55 @@ static kiln_status read_hparam_f32(const gguf_file *f, const char *arch, const c
     return KILN_OK;
 }
 
+/* "<arch>.rope.scaling.*" and the older "<arch>.rope.scale_linear", read as llama.cpp does: type absent =
+ * linear; factor from .scaling.factor, else .scale_linear; factor 0 = 1; type none never scales. What kiln
+ * does not implement (YaRN, LongRoPE, an attention factor != 1, any other scaling key) is refused naming
+ * the key. */
+static kiln_status read_rope_scaling(const gguf_file *f, const char *a, kiln_hparams *hp) {
+    char key[128], prefix[96];
+    snprintf(prefix, sizeof prefix, "%s.rope.scaling.", a);
+    const size_t np = strlen(prefix);
+    for (size_t i = 0; i < gguf_n_kv(f); i++) {
+        const gguf_kv *kv = gguf_kv_at(f, i);
+        if (kv->key.len < np || memcmp(kv->key.ptr, prefix, np)) continue;
+        const gguf_str rest = {kv->key.ptr + np, kv->key.len - np};
+        if (gguf_str_eq(rest, "type") || gguf_str_eq(rest, "factor") || gguf_str_eq(rest, "attn_factor") ||
+            gguf_str_eq(rest, "original_context_length") || gguf_str_eq(rest, "finetuned"))
+            continue;
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "metadata key '%.*s' (offset %llu): this RoPE scaling parameter is not "
+                         "implemented by kiln (linear scaling and rope_freqs are)", (int)(kv->key.len > 128 ? 128 : kv->key.len),
+                         kv->key.ptr, (unsigned long long)kv->offset);
+    }
+    bool scales = true;
+    snprintf(key, sizeof key, "%stype", prefix);
+    if (gguf_find(f, key)) {
+        gguf_str t;
+        KILN_TRY(gguf_get_str(f, key, &t));
+        if (gguf_str_eq(t, "none")) scales = false;
+        else if (!gguf_str_eq(t, "linear"))
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "metadata key '%s' = '%.*s': kiln implements RoPE scaling 'none' and "
+                             "'linear' only", key, (int)(t.len > 32 ? 32 : t.len), t.ptr);
+    }
+    float factor = 0.0f;
+    snprintf(key, sizeof key, "%sfactor", prefix);
+    if (!gguf_find(f, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", a);
+    if (gguf_find(f, key)) {
+        KILN_TRY(gguf_get_f32(f, key, &factor));
+        if (!(factor >= 0.0f && factor <= 1e6f))
+            return kiln_fail(KILN_ERR_FORMAT, "metadata key '%s' = %g is out of range 0..1e6", key, (double)factor);
+    }
+    hp->rope_freq_scale = scales && factor != 0.0f ? 1.0f / factor : 1.0f;
+    snprintf(key, sizeof key, "%sattn_factor", prefix);
+    if (gguf_find(f, key)) {
+        float af;
+        KILN_TRY(gguf_get_f32(f, key, &af));
+        if (af != 1.0f)
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "metadata key '%s' = %g: a RoPE attention factor other than 1 is not "
+                             "implemented by kiln", key, (double)af);
+    }
+    return KILN_OK;
+}
+
 static kiln_status read_hparams(const gguf_file *f, kiln_hparams *hp, const arch_desc **desc) {
     gguf_str arch;
     KILN_TRY(gguf_get_str(f, "general.architecture", &arch));
@@ -90,18 +142,24 @@ static kiln_status read_hparams(const gguf_file *f, kiln_hparams *hp, const arch
     if (hp->n_rot % 2) return kiln_fail(KILN_ERR_FORMAT, "%s.rope.dimension_count %d is odd", a, hp->n_rot);
     KILN_TRY(read_hparam_f32(f, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps));
     KILN_TRY(read_hparam_f32(f, a, "rope.freq_base", 10000.0f, &hp->rope_base));
+    KILN_TRY(read_rope_scaling(f, a, hp));
     hp->rope_neox = (*desc)->rope_neox;
     hp->has_qkv_bias = (*desc)->qkv_bias;
     hp->has_qk_norm = (*desc)->qk_norm;
     return KILN_OK;
 }
 
-/* Binds tensor `name` expecting shape (ne0, ne1) (ne1 == 0: a 1-D tensor of ne0). */
-static kiln_status bind(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, bool optional,
-                        kiln_weight *w) {
+/* The file being bound and, per tensor of its table, whether the model uses it. */
+typedef struct binder {
+    const gguf_file *f;
+    bool *used;   /* gguf_n_tensors(f) entries */
+} binder;
+
+/* Binds tensor `name` expecting shape (ne0, ne1) (ne1 == 0: a 1-D tensor of ne0) and marks it used. */
+static kiln_status bind(binder *b, const char *name, uint64_t ne0, uint64_t ne1, bool optional, kiln_weight *w) {
     memset(w, 0, sizeof *w);
     snprintf(w->name, sizeof w->name, "%s", name);
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = gguf_find_tensor(b->f, name);
     if (!t) {
         if (optional) return KILN_OK;
         if (ne1) return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape [%llu, %llu])", name,
@@ -125,6 +183,7 @@ static kiln_status bind(const gguf_file *f, const char *name, uint64_t ne0, uint
                          ti ? ti->name : "unknown");
     if (!ne1 && t->type != KILN_TYPE_F32)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' (1-D) has type %s; kiln expects f32", name, ti->name);
+    b->used[t - gguf_tensor_at(b->f, 0)] = true;
     w->data = t->data;
     w->type = t->type;
     w->ne[0] = ne0;
@@ -133,12 +192,12 @@ static kiln_status bind(const gguf_file *f, const char *name, uint64_t ne0, uint
     return KILN_OK;
 }
 
-static kiln_status bind_layer(const gguf_file *f, const kiln_hparams *hp, int il, kiln_layer *L) {
+static kiln_status bind_layer(binder *b, const kiln_hparams *hp, int il, kiln_layer *L) {
     char n[64];
     const uint64_t e = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
                    kvd = (uint64_t)hp->n_head_kv * hp->head_dim, ff = (uint64_t)hp->n_ff;
-#define B(suffix, a, b, opt, dst) \
-    snprintf(n, sizeof n, "blk.%d." suffix, il); KILN_TRY(bind(f, n, a, b, opt, dst))
+#define B(suffix, r, c, opt, dst) \
+    snprintf(n, sizeof n, "blk.%d." suffix, il); KILN_TRY(bind(b, n, r, c, opt, dst))
     B("attn_norm.weight", e, 0, false, &L->attn_norm);
     B("attn_q.weight", e, qd, false, &L->wq);
     B("attn_k.weight", e, kvd, false, &L->wk);
@@ -157,7 +216,18 @@ static kiln_status bind_layer(const gguf_file *f, const kiln_hparams *hp, int il
     return KILN_OK;
 }
 
-static kiln_status bind_model(kiln_model *m) {
+/* rope_freqs.weight (optional): n_rot/2 F32 factors, each finite and > 0 (ggml divides by them). */
+static kiln_status bind_rope_freqs(binder *b, kiln_model *m) {
+    KILN_TRY(bind(b, "rope_freqs.weight", (uint64_t)(m->hp.n_rot / 2), 0, true, &m->rope_freqs));
+    const float *ff = m->rope_freqs.data;
+    for (int i = 0; ff && i < m->hp.n_rot / 2; i++)
+        if (!(ff[i] > 0.0f && ff[i] <= 3.0e38f))
+            return kiln_fail(KILN_ERR_FORMAT, "tensor 'rope_freqs.weight' element %d is %g (a RoPE frequency divisor "
+                             "must be finite and > 0)", i, (double)ff[i]);
+    return KILN_OK;
+}
+
+static kiln_status bind_model(kiln_model *m, binder *b) {
     const gguf_file *f = m->file;
     kiln_hparams *hp = &m->hp;
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
@@ -166,22 +236,59 @@ static kiln_status bind_model(kiln_model *m) {
         return kiln_fail(KILN_ERR_FORMAT, "tensor 'token_embd.weight' has %llu rows (vocabulary size out of range)",
                          (unsigned long long)te->ne[1]);
     hp->n_vocab = (int)te->ne[1];
-    KILN_TRY(bind(f, "token_embd.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, false, &m->tok_embd));
-    KILN_TRY(bind(f, "output_norm.weight", (uint64_t)hp->n_embd, 0, false, &m->output_norm));
-    KILN_TRY(bind(f, "output.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, true, &m->output));
+    KILN_TRY(bind(b, "token_embd.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, false, &m->tok_embd));
+    KILN_TRY(bind(b, "output_norm.weight", (uint64_t)hp->n_embd, 0, false, &m->output_norm));
+    KILN_TRY(bind(b, "output.weight", (uint64_t)hp->n_embd, (uint64_t)hp->n_vocab, true, &m->output));
     if (!m->output.data) {
         m->output = m->tok_embd;
         m->tied_output = true;
     }
+    KILN_TRY(bind_rope_freqs(b, m));
     m->layers = kiln_calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return kiln_fail(KILN_ERR_NOMEM, "out of memory for %d layers", hp->n_layer);
-    for (int il = 0; il < hp->n_layer; il++) KILN_TRY(bind_layer(f, hp, il, &m->layers[il]));
+    for (int il = 0; il < hp->n_layer; il++) KILN_TRY(bind_layer(b, hp, il, &m->layers[il]));
     return KILN_OK;
 }
 
-kiln_status kiln_model_open(const char *path, kiln_model **out) {
+/* Every tensor of the file that binding left unused: an error when strict, else a warning naming it
+ * (the first few by name, then a count). */
+static kiln_status check_unused(const kiln_model *m, const binder *b, bool strict) {
+    const size_t n = gguf_n_tensors(m->file);
+    size_t n_unused = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (b->used[i]) continue;
+        const gguf_tensor *t = gguf_tensor_at(m->file, i);
+        const int len = (int)(t->name.len > 96 ? 96 : t->name.len);
+        if (strict)
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%.*s' is not used by architecture %s (strict open refuses "
+                             "files with tensors kiln would ignore)", len, t->name.ptr, m->hp.arch);
+        if (n_unused++ < 8)
+            KILN_WARN("%s: tensor '%.*s' is not used by architecture %s; ignored", gguf_path(m->file), len, t->name.ptr,
+                      m->hp.arch);
+    }
+    if (n_unused > 8) KILN_WARN("%s: %zu more tensors are not used", gguf_path(m->file), n_unused - 8);
+    return KILN_OK;
+}
+
+/* Reads the hyperparameters and binds every tensor (the open.model phase). */
+static kiln_status build_model(kiln_model *m, bool strict) {
+    const arch_desc *desc;
+    KILN_TRY(read_hparams(m->file, &m->hp, &desc));
+    binder b = {.f = m->file, .used = kiln_calloc(gguf_n_tensors(m->file) + 1, sizeof(bool))};
+    if (!b.used) return kiln_fail(KILN_ERR_NOMEM, "out of memory for the tensor table");
+    kiln_status st = bind_model(m, &b);
+    if (st == KILN_OK) st = check_unused(m, &b, strict);
+    kiln_free(b.used);
+    return st;
+}
+
+kiln_status kiln_model_open(const char *path, kiln_model **out) { return kiln_model_open_ex(path, NULL, out); }
+
+kiln_status kiln_model_open_ex(const char *path, const kiln_model_options *opt, kiln_model **out) {
+    if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: out is NULL");
     *out = NULL;
     if (!path) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path is NULL");
+    const bool strict = opt && opt->strict;
     kiln_model *m = kiln_calloc(1, sizeof *m);
     if (!m) return kiln_fail(KILN_ERR_NOMEM, "kiln_model_open: out of memory");
     kiln_status st = gguf_open(path, &m->file);
@@ -192,9 +299,7 @@ kiln_status kiln_model_open(const char *path, kiln_model **out) {
     kiln_phases_add(&m->phases, "open.parse", parse_ns);
 
     uint64_t t0 = kiln_now_ns();
-    const arch_desc *desc;
-    st = read_hparams(m->file, &m->hp, &desc);
-    if (st == KILN_OK) st = bind_model(m);
+    st = build_model(m, strict);
     if (st != KILN_OK) {
         kiln_fail_prefix(st, "%s: ", path);
         kiln_model_close(m);

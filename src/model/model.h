@@ -37,6 +37,7 @@ typedef struct kiln_hparams {
     int head_dim;       /* n_embd / n_head unless the file says otherwise */
     int n_rot;          /* rope.dimension_count */
     float rms_eps, rope_base;
+    float rope_freq_scale;  /* linear RoPE scaling: positions times this (1/rope.scaling.factor; 1: none) */
     bool rope_neox;     /* false: llama's adjacent pairs; true: halves (qwen2/qwen3) */
     bool has_qkv_bias, has_qk_norm;
 } kiln_hparams;
@@ -45,6 +46,10 @@ struct kiln_model {
     gguf_file *file;
     kiln_hparams hp;
     kiln_weight tok_embd, output_norm, output;
+    /* rope_freqs.weight (Llama 3.1+): n_rot/2 F32 divisors of the RoPE frequencies, every one finite and > 0;
+     * data NULL when absent (all 1). theta_i(pos) = rope_freq_scale * (pos * base^(-2i/n_rot) / rope_freqs[i]),
+     * as ggml's rope with freq_factors computes it. */
+    kiln_weight rope_freqs;
     bool tied_output;
     kiln_layer *layers;
     kiln_tokenizer *tok;

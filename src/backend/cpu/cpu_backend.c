@@ -128,7 +128,8 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     }
     memset(s->arena, 0, s->arena_bytes); /* touch every page now, not at the first token */
     layout(s, s->arena);
-    cpu_rope_tables(s->rope_cos, s->rope_sin, cfg->n_ctx, m->hp.n_rot, m->hp.rope_base);
+    cpu_rope_tables(s->rope_cos, s->rope_sin, cfg->n_ctx, m->hp.n_rot, m->hp.rope_base, m->hp.rope_freq_scale,
+                    m->rope_freqs.data);
     kiln_phases_add(ph, "open.arena", kiln_now_ns() - t0);
 
     t0 = kiln_now_ns();

@@ -11,14 +11,17 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
-void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base) {
+void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base, float freq_scale,
+                     const float *freq_factors) {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     const int half = n_rot / 2;
     for (int p = 0; p < n_ctx; p++) {
         float theta = (float)p;
         for (int i = 0; i < half; i++) {
-            cos_t[(int64_t)p * half + i] = cosf(theta);
-            sin_t[(int64_t)p * half + i] = sinf(theta);
+            const float ff = freq_factors ? freq_factors[i] : 1.0f;
+            const float t = freq_scale * (theta / ff);
+            cos_t[(int64_t)p * half + i] = cosf(t);
+            sin_t[(int64_t)p * half + i] = sinf(t);
             theta *= theta_scale;
         }
     }

@@ -15,9 +15,11 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
  * position (n_rot/2 entries). neox: pairs (i, i + n_rot/2); llama: adjacent pairs (2i, 2i+1). */
 void cpu_rope_head(float *x, const float *cos_t, const float *sin_t, int n_rot, bool neox);
 
-/* Fills cos/sin tables (n_ctx, n_rot/2) the way ggml computes theta: theta_p,i = p * base^(-2i/n_rot) with
- * the scale applied by repeated float multiplication. */
-void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base);
+/* Fills cos/sin tables (n_ctx, n_rot/2) the way ggml's rope computes theta (no YaRN ramp, attention factor 1):
+ * theta_p,i = freq_scale * ((p * base^(-2i/n_rot)) / freq_factors[i]), the power applied by repeated float
+ * multiplication. freq_factors may be NULL (all 1); freq_scale is 1 / the linear scaling factor. */
+void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base, float freq_scale,
+                     const float *freq_factors);
 
 /* In-place softmax over n values. */
 void cpu_softmax(float *x, int n);

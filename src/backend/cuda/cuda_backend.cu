@@ -862,14 +862,17 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
             OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
         }
-        /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them) */
+        /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them),
+         * with the model's frequency divisors (rope_freqs) and linear scaling folded in: every RoPE site
+         * (prefill, decode graph, persistent kernel) computes theta = pos * rope_freq[i] */
         OPEN_CU(cudaMemsetAsync(s->arena + s->scratch_off, 0, s->arena_bytes - s->scratch_off, s->stream), "memset");
         int i;
         OPEN_TRY(stage_next(s, &i));
         float *fr = (float *)s->h_stage[i];
         const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
         float f = 1.0f;
-        for (int k = 0; k < hp->n_rot / 2; k++, f *= theta_scale) fr[k] = f;
+        const float *ff = (const float *)m->rope_freqs.data;
+        for (int k = 0; k < hp->n_rot / 2; k++, f *= theta_scale) fr[k] = hp->rope_freq_scale * (f / (ff ? ff[k] : 1.0f));
         OPEN_CU(cudaMemcpyAsync(s->rope_freq, fr, (size_t)(hp->n_rot / 2) * 4, cudaMemcpyHostToDevice, s->stream), "upload");
         OPEN_CU(cudaStreamSynchronize(s->stream), "upload");
         OPEN_CU(cudaGetLastError(), "upload");
