@@ -118,14 +118,21 @@ TEST(archs_cuda_teacher_forced_rope_freqs_matches_llamacpp) {
 
 /* ---- variants of a model file */
 
-/* A copy of src with metadata edits (key = value: a string, or an f32 when str is NULL) and, when extra is
- * set, one more tensor of that name (a copy of output_norm.weight) that no architecture uses. */
+/* A copy of src with metadata edits (key = value: a string, or an f32 when str is NULL) and, when te is
+ * given, one tensor replaced (when the file has one of that name) or added. */
 typedef struct kv_edit {
     const char *key, *str;
     float f32;
 } kv_edit;
 
-static kiln_status write_variant(const char *src, const char *dst, const kv_edit *ed, size_t n_ed, const char *extra) {
+typedef struct tensor_edit {
+    const char *name;
+    uint32_t type;
+    uint64_t ne[4];   /* 1-D */
+    const void *data;
+} tensor_edit;
+
+static kiln_status write_variant(const char *src, const char *dst, const kv_edit *ed, size_t n_ed, const tensor_edit *te) {
     gguf_file *f;
     KILN_TRY(gguf_open(src, &f));
     gguf_writer *w;
@@ -138,26 +145,31 @@ static kiln_status write_variant(const char *src, const char *dst, const kv_edit
     }
     for (size_t i = 0; st == KILN_OK && i < n_ed; i++)
         st = ed[i].str ? gguf_set_str(w, ed[i].key, ed[i].str, strlen(ed[i].str)) : gguf_set_f32(w, ed[i].key, ed[i].f32);
+    bool replaced = false;
     for (size_t i = 0; st == KILN_OK && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        st = gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+        if (te && !strcmp(name, te->name)) {
+            st = gguf_add_tensor(w, name, te->type, 1, te->ne, te->data);
+            replaced = true;
+        } else {
+            st = gguf_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data);
+        }
     }
-    const gguf_tensor *on = gguf_find_tensor(f, "output_norm.weight");
-    if (st == KILN_OK && extra) st = gguf_add_tensor(w, extra, on->type, on->n_dims, on->ne, on->data);
+    if (st == KILN_OK && te && !replaced) st = gguf_add_tensor(w, te->name, te->type, 1, te->ne, te->data);
     if (st == KILN_OK) st = gguf_writer_write(w, dst, NULL, NULL);
     gguf_writer_close(w);
     gguf_close(f);
     return st;
 }
 
-static const char *variant(const char *name, const kv_edit *ed, size_t n_ed, const char *extra) {
+static const char *variant(const char *name, const kv_edit *ed, size_t n_ed, const tensor_edit *te) {
     static char path[8][512];
     static int next;
     char *p = path[next++ % 8];
     snprintf(p, 512, "%s/%s.gguf", test_tmpdir(), name);
-    kiln_status st = write_variant(test_shared(ROPE_FREQS_MODEL), p, ed, n_ed, extra);
+    kiln_status st = write_variant(test_shared(ROPE_FREQS_MODEL), p, ed, n_ed, te);
     if (st != KILN_OK) test_failf(__FILE__, __LINE__, "writing %s: %s", p, kiln_last_error());
     return p;
 }
@@ -186,7 +198,9 @@ static kiln_status open_strict(const char *path, kiln_model **m) {
 }
 
 TEST(archs_unused_tensor_warns_and_strict_open_refuses) {
-    const char *p = variant("extra", NULL, 0, "blk.0.attn_extra.weight");
+    static const float ones[64] = {1};
+    const tensor_edit extra = {"blk.0.attn_extra.weight", KILN_TYPE_F32, {64, 1, 1, 1}, ones};
+    const char *p = variant("extra", NULL, 0, &extra);
     kiln_model *m = (kiln_model *)1;
     char err[4096];
     CHECK_EQ_INT(with_stderr(err, sizeof err, open_strict, p, &m), KILN_ERR_UNSUPPORTED);
@@ -212,8 +226,9 @@ TEST(archs_rope_scaling_not_implemented_is_refused_naming_the_key) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_model *m = (kiln_model *)1;
         CHECK_EQ_INT(kiln_model_open(variant("scaling", &cases[i].e, 1, NULL), &m), KILN_ERR_UNSUPPORTED);
-        CHECK(m == NULL);
         CHECKF(strstr(kiln_last_error(), cases[i].key) != NULL, "case %zu: %s", i, kiln_last_error());
+        CHECK(m == NULL);
+        if (m && m != (kiln_model *)1) kiln_model_close(m);
     }
     /* keys that do not change the math without YaRN are accepted */
     const kv_edit ok[] = {{"llama.rope.scaling.type", "linear", 0}, {"llama.rope.scaling.attn_factor", NULL, 1.0f}};
@@ -382,4 +397,23 @@ TEST(archs_linear_rope_scaling_matches_independent_forward) {
     CHECKF(!memcmp(plain, got, sizeof(float) * V), "scaling type none with a factor changed the logits");
     gguf_close(f);
     free(ref), free(got), free(plain), free(r.logits);
+}
+
+/* rope_freqs.weight must be F32 of n_rot/2 (8) finite values > 0: otherwise the open fails naming it. */
+TEST(archs_bad_rope_freqs_is_refused_naming_the_tensor) {
+    static const float f32[64] = {1, 2, 3, 4, 5, 6, 7, 8}, zero[8] = {1, 2, 0, 4, 5, 6, 7, 8};
+    static const uint16_t f16[8] = {0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00};
+    static const struct { tensor_edit te; kiln_status st; const char *what; } cases[] = {
+        {{"rope_freqs.weight", KILN_TYPE_F32, {64, 1, 1, 1}, f32}, KILN_ERR_FORMAT, "expected [8]"},
+        {{"rope_freqs.weight", KILN_TYPE_F16, {8, 1, 1, 1}, f16}, KILN_ERR_UNSUPPORTED, "f32"},
+        {{"rope_freqs.weight", KILN_TYPE_F32, {8, 1, 1, 1}, zero}, KILN_ERR_FORMAT, "element 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_model *m = (kiln_model *)1;
+        CHECK_EQ_INT(kiln_model_open(variant("bad_freqs", NULL, 0, &cases[i].te), &m), cases[i].st);
+        CHECKF(strstr(kiln_last_error(), "'rope_freqs.weight'") && strstr(kiln_last_error(), cases[i].what), "case %zu: %s",
+               i, kiln_last_error());
+        CHECK(m == NULL);
+        if (m && m != (kiln_model *)1) kiln_model_close(m);
+    }
 }
