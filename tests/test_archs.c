@@ -209,6 +209,15 @@ TEST(archs_unused_tensor_warns_and_strict_open_refuses) {
     CHECK_EQ_INT(with_stderr(err, sizeof err, kiln_model_open, p, &m), KILN_OK);
     CHECKF(strstr(err, "warning") && strstr(err, "'blk.0.attn_extra.weight'"), "stderr: %s", err);
     kiln_model_close(m);
+    /* the CLI: `kiln run --strict` refuses it, naming the tensor; without --strict it runs */
+    char cmd[1200], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run -m %s -n 1 --temp 0 --strict 2>&1", test_kiln_bin(), p);
+    CHECK(test_run_cmd(cmd, &out) != 0);
+    CHECKF(out && strstr(out, "'blk.0.attn_extra.weight'"), "kiln run --strict said: %s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s run -m %s -n 1 --temp 0 2>&1", test_kiln_bin(), p);
+    CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
+    free(out);
     /* the file as made, with every tensor used (rope_freqs.weight included): no warning, strict opens it */
     CHECK_EQ_INT(with_stderr(err, sizeof err, open_strict, test_shared(ROPE_FREQS_MODEL), &m), KILN_OK);
     CHECKF(!strstr(err, "not used"), "stderr: %s", err);
