@@ -247,6 +247,22 @@ TEST(build_cuda_machine_code_choice) {
         CHECKF(strstr(out, "code=sm_") && !strstr(out, "-Xcicc -O0"), "the default with a GPU builds no SASS:\n%.2000s", out);
     }
     free(out);
+    /* native: the compute capability nvidia-smi reports (a stand-in nvidia-smi reporting an H200 and an A100) */
+    char fake[700];
+    snprintf(fake, sizeof fake, "%s/nvidia-smi", test_tmpdir());
+    FILE *f = fopen(fake, "w");
+    REQUIRE(f);
+    fputs("#!/bin/sh\necho 9.0\necho 8.0\necho 9.0\n", f);
+    fclose(f);
+    REQUIRE(chmod(fake, 0755) == 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH make --no-print-directory -n -B %s 2>&1", test_tmpdir(), obj);
+    out = NULL;
+    CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
+    CHECKF(out && strstr(out, "arch=compute_80,code=sm_80") && strstr(out, "arch=compute_90,code=sm_90") &&
+           strstr(out, "arch=compute_90,code=compute_90") && !strstr(out, "sm_86") && !strstr(out, "-Xcicc -O0"),
+           "CUDA_ARCHS=native with GPUs 9.0 and 8.0:\n%.2000s", out ? out : "");
+    free(out);
     /* the fat binary of a package */
     snprintf(args, sizeof args, "-B %s CUDA_ARCHS=all", obj);
     out = make_dry(args);

@@ -31,6 +31,9 @@ CUDA_ARCHS ?= native
 ifeq ($(strip $(CUDA_ARCHS)),native)
 CUDA_GPU_ARCHS := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '. ' | sort -u)
 CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_GPU_ARCHS))
+ifneq ($(strip $(filter-out $(CUDA_KNOWN),$(CUDA_GPU_ARCHS))),)
+$(info kiln: this nvcc cannot build SASS for the GPU arch $(filter-out $(CUDA_KNOWN),$(CUDA_GPU_ARCHS)))
+endif
 else ifeq ($(strip $(CUDA_ARCHS)),all)
 CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_ALL))
 else ifneq ($(strip $(CUDA_ARCHS)),check)
