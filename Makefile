@@ -97,7 +97,21 @@ build/asan/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN_CFLAGS) $(CUDA_DEFS) $(isa_flags) -c $< -o $@
 
-libkiln.a: $(REL_OBJ)
+# libkiln.a holds one object: every library object prelinked (-r), then every symbol that include/kiln.h
+# does not declare made local, so a static link never collides with another library's names either (ggml's
+# gguf_*, ...). The kiln command and the tests link the objects themselves (they use internal functions).
+OBJCOPY ?= objcopy
+build/rel/libkiln_all.o: $(REL_OBJ) build/kiln.syms
+	$(CC) -r -nostdlib -o $@.tmp $(REL_OBJ)
+	$(OBJCOPY) --keep-global-symbols=build/kiln.syms $@.tmp $@
+	@rm -f $@.tmp
+
+libkiln.a: build/rel/libkiln_all.o
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+# the same objects with their internal names, for programs inside the tree (bench/)
+build/libkiln-internal.a: $(REL_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
@@ -105,14 +119,17 @@ build/libkiln-tools.a: $(TOOLS_REL_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-# The shared library exports exactly the functions declared in include/kiln.h: the version script is
-# generated from the preprocessed header (every kiln_name followed by '('), everything else is local.
-build/kiln.map: include/kiln.h
+# The libraries export exactly the functions declared in include/kiln.h: their names come from the
+# preprocessed header (every kiln_name followed by '('); the shared library's version script makes
+# everything else local.
+build/kiln.syms: include/kiln.h
 	@mkdir -p $(dir $@)
-	@{ echo '{'; echo '  global:'; \
-	   $(CC) -E -P -x c include/kiln.h | grep -o 'kiln_[A-Za-z0-9_]*[[:space:]]*(' | \
-	       sed 's/[[:space:]]*($$//; s/^/    /; s/$$/;/' | sort -u; \
-	   echo '  local: *;'; echo '};'; } > $@.tmp && mv $@.tmp $@
+	@$(CC) -E -P -x c include/kiln.h | grep -o 'kiln_[A-Za-z0-9_]*[[:space:]]*(' | \
+	    sed 's/[[:space:]]*($$//' | sort -u > $@.tmp && mv $@.tmp $@
+
+build/kiln.map: build/kiln.syms
+	@{ echo '{'; echo '  global:'; sed 's/^/    /; s/$$/;/' build/kiln.syms; echo '  local: *;'; echo '};'; } > $@.tmp && \
+	    mv $@.tmp $@
 
 $(SOFILE): $(REL_OBJ) build/kiln.map
 	$(CC) -shared -pthread -Wl,-soname,$(SONAME) -Wl,--version-script,build/kiln.map $(LDFLAGS) \
@@ -124,8 +141,8 @@ $(SONAME): $(SOFILE)
 libkiln.so: $(SONAME)
 	ln -sf $(SONAME) $@
 
-kiln: $(CLI_REL_OBJ) build/libkiln-tools.a libkiln.a
-	$(CC) -pthread $(LDFLAGS) -o $@ $(CLI_REL_OBJ) build/libkiln-tools.a libkiln.a $(CUDA_LDLIBS) $(LDLIBS)
+kiln: $(CLI_REL_OBJ) build/libkiln-tools.a $(REL_OBJ)
+	$(CC) -pthread $(LDFLAGS) -o $@ $(CLI_REL_OBJ) build/libkiln-tools.a $(REL_OBJ) $(CUDA_LDLIBS) $(LDLIBS)
 
 # always rewritten, so that `make install PREFIX=...` records that prefix
 kiln.pc:
@@ -178,8 +195,9 @@ test: test-deps
 
 # ---- benchmarks and fuzzing ----
 bench: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) build
-	@KILN_SHARED=$(KILN_SHARED) sh bench/run.sh
+	@$(MAKE) --no-print-directory -j$(JOBS) build build/libkiln-internal.a
+	@KILN_SHARED=$(KILN_SHARED) KILN_BENCH_LIBS='build/libkiln-tools.a build/libkiln-internal.a $(CUDA_LDLIBS) $(LDLIBS)' \
+		sh bench/run.sh
 
 fuzz: test-deps
 	@$(MAKE) --no-print-directory build/fuzz/gguf_fuzz

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -290,4 +291,60 @@ TEST(build_cross_aarch64_compiles_and_links) {
     CHECKF(rc == 0 && out && strstr(out, "links; every symbol"), "make cross-aarch64 failed (%d):\n%.4000s", rc,
            out ? out : "");
     free(out);
+}
+
+/* The static archive: only kiln.h's functions are global in it, so a program that defines gguf_open or
+ * jinja_parse itself (as one linked with llama.cpp's ggml does) still links with it, and runs. */
+static const char prog_src[] =
+    "#include <stdio.h>\n#include \"kiln.h\"\n"
+    "int gguf_open(void) { return 7; }\nint jinja_parse(void) { return 8; }\n"
+    "int main(int argc, char **argv) {\n"
+    "    kiln_model *m; kiln_session *s; int32_t next = -1;\n"
+    "    if (argc < 2 || kiln_model_open(argv[1], &m) != KILN_OK) return 1;\n"
+    "    if (kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 1}, &s) != KILN_OK) return 1;\n"
+    "    if (kiln_decode_greedy(s, 1, &next) != KILN_OK) return 1;\n"
+    "    printf(\"%d\\n\", (int)next);\n"
+    "    kiln_session_close(s); kiln_model_close(m);\n"
+    "    return gguf_open() + jinja_parse() == 15 ? 0 : 1;\n}\n";
+
+TEST(build_static_archive_has_only_kiln_h_names_and_links_beside_ggml) {
+    names decl = {0}, glob = {0};
+    REQUIRE(header_functions(&decl));
+    char *text = NULL;
+    REQUIRE(test_run_cmd("nm -g --defined-only libkiln.a", &text) == 0 && text);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *sp = strrchr(line, ' ');
+        if (sp && sp > line + 1 && sp[-2] == ' ' && sp[-1] != 'U') names_add(&glob, sp + 1, strlen(sp + 1));
+    }
+    free(text);
+    CHECKF(glob.n >= 25, "only %d global symbols in libkiln.a", glob.n);
+    for (int i = 0; i < glob.n; i++) CHECKF(names_has(&decl, glob.v[i]), "libkiln.a has the global %s", glob.v[i]);
+    /* link a program that defines gguf_open and jinja_parse, with the flags kiln.pc gives */
+    char src[600], exe[600], cmd[2048];
+    snprintf(src, sizeof src, "%s/prog.c", test_tmpdir());
+    snprintf(exe, sizeof exe, "%s/prog", test_tmpdir());
+    FILE *f = fopen(src, "w");
+    REQUIRE(f);
+    fputs(prog_src, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cc -std=c11 -Iinclude %s libkiln.a $(sed -n 's/^Libs.private: //p' kiln.pc) -o %s 2>&1",
+             src, exe);
+    char *out = NULL;
+    int rc = test_run_cmd(cmd, &out);
+    CHECKF(rc == 0, "static link beside gguf_open/jinja_parse failed:\n%s", out ? out : "");
+    free(out);
+    if (rc == 0) {
+        /* the first greedy token after BOS is llama.cpp's */
+        json_error_t e;
+        json_t *ref = json_load_file(test_shared("models/stories260K/expected/llama.cpp/stories260K.greedy-BOS-200.json"), 0, &e);
+        REQUIREF(ref, "%s", e.text);
+        snprintf(cmd, sizeof cmd, "%s %s", exe, test_shared("models/stories260K/stories260K.gguf"));
+        out = NULL;
+        CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
+        CHECK_EQ_INT(out ? atoi(out) : -1, json_integer_value(json_array_get(json_object_get(ref, "generated_token_ids"), 0)));
+        free(out);
+        json_decref(ref);
+    }
+    free(decl.v);
+    free(glob.v);
 }
