@@ -76,7 +76,7 @@ int cmd_chat(int argc, char **argv) {
         else if (cli_opt(argc, argv, &i, "--chat-template", &v, &err)) tmpl = v;
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("chat", v, &device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--n-predict", &v, &err)) {
-            if (!err && !cli_parse_int("chat", a, v, 1, 1 << 24, &n_predict)) return 2;
+            if (!err && !cli_parse_n_predict("chat", "-n", v, &n_predict)) return 2;
         } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
             if (!err && !cli_parse_int("chat", a, v, 16, 1 << 20, &ctx)) return 2;
         } else if (cli_opt(argc, argv, &i, "--threads", &v, &err)) {

@@ -162,7 +162,11 @@ extern "C" const char *kiln_cuda_archs_built(void) {
         buf[0] = '\0';
         for (char *tok = strtok(archs, " "); tok; tok = strtok(NULL, " "))
             n += (size_t)snprintf(buf + n, sizeof buf - n, "%ssm_%s", n ? " " : "", tok);
-        snprintf(buf + n, sizeof buf - n, " + compute_%d PTX", KILN_CUDA_PTX);
+        snprintf(buf + n, sizeof buf - n, "%scompute_%d PTX", n ? " + " : "", KILN_CUDA_PTX);
+#ifdef KILN_CUDA_CHECK_BUILD
+        n = strlen(buf);
+        snprintf(buf + n, sizeof buf - n, " (compile check, unoptimised: build with CUDA_ARCHS=native or all to run)");
+#endif
     }
     return buf;
 }
