@@ -25,7 +25,7 @@ LDLIBS := -lpcre2-8 -ljansson -lm -lpthread
 # per-file ISA flags: *_avx2.c and *_avx512.c are compiled for those ISAs and dispatched at run time
 isa_flags = $(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(if $(findstring _avx2,$<),$(AVX2_FLAGS)))
 
-LIB_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c src/model/*.c src/tokenizer/*.c \
+LIB_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c src/model/*.c src/tokenizer/*.c src/chat/*.c \
              src/sample/*.c src/session/*.c src/backend/cpu/*.c src/server/*.c src/tools/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))

@@ -117,13 +117,9 @@ int cmd_chat(int argc, char **argv) {
         while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
         if (got == 0) continue;
         if (!history_add(&h, "user", line)) { cli_error("chat", "out of memory"); goto done; }
-        char *text = NULL;
-        size_t len, n_ids;
+        size_t n_ids;
         int32_t *ids = NULL;
-        bool ok = chat_prompt_render("chat", &cp, h.msgs, h.n, &text, &len) &&
-                  chat_prompt_tokenize("chat", m, &cp, text, len, &ids, &n_ids);
-        free(text);
-        if (!ok) { free(ids); goto done; }
+        if (!chat_prompt_tokens("chat", &cp, h.msgs, h.n, &ids, &n_ids)) goto done;
         if (n_ids + 1 > (size_t)n_ctx) {
             fprintf(stderr, "kiln chat: the context is full: the conversation needs %zu tokens of %d; start a new chat "
                     "or raise --ctx\n", n_ids + 1, n_ctx);

@@ -12,7 +12,7 @@
 #include "base/alloc.h"
 #include "cli/cli.h"
 #include "gguf/gguf.h"
-#include "tokenizer/chat.h"
+#include "chat/chat.h"
 
 static const char usage[] =
     "usage: kiln template (-m MODEL.gguf | --template NAME|FILE) --messages FILE.json [options]\n"
