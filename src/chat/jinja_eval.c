@@ -742,6 +742,17 @@ static jv apply_filter(jctx *c, const jnode *f, jv in, const jargs *a) {
     return r;
 }
 
+/* A call; a builtin's bytes are content when the callee (a bound method) or the arguments hold any; a
+ * macro's body is tracked as it runs. */
+static jv call_fn(jctx *c, const jnode *at, jv fn, const jargs *a) {
+    bool fresh = c->fresh;
+    if (!(fn.type == JV_CALLABLE && fn.u.fn->kind == JFN_MACRO))
+        c->fresh = fresh || has_content(c, fn) || args_have_content(c, a);
+    jv r = jinja_call(c, at, fn, a);
+    c->fresh = fresh;
+    return r;
+}
+
 static bool plain_operand(jv v) {
     return (v.type == JV_STRING && !(v.flags & JVF_SAFE)) || v.type == JV_INT || v.type == JV_FLOAT ||
            v.type == JV_BOOL || v.type == JV_NONE || v.type == JV_UNDEFINED;
@@ -765,11 +776,7 @@ static jv eval(jctx *c, const jnode *n, jscope *s) {
         jv fn = eval(c, n->a, s);
         jargs a;
         eval_args(c, n, s, &a);
-        bool fresh = c->fresh;
-        if (!(fn.type == JV_CALLABLE && fn.u.fn->kind == JFN_MACRO))   /* a macro's body is tracked as it runs */
-            c->fresh = fresh || has_content(c, fn) || args_have_content(c, &a);
-        r = jinja_call(c, n, fn, &a);
-        c->fresh = fresh;
+        r = call_fn(c, n, fn, &a);
         break;
     }
     case JN_FILTER: {
@@ -975,7 +982,7 @@ static signal_t exec_stmt(jctx *c, const jnode *n, jscope *s) {
         a.kw_lens = lens;
         a.kw_vals = kv;
         a.n_kw++;
-        out_value(c, n, jinja_call(c, call, fn, &a));
+        out_value(c, n, call_fn(c, call, fn, &a));
         return SIG_NONE;
     }
     case JN_MACRO: {
