@@ -329,3 +329,62 @@ TEST(chat_tokenize_cli_template_ids) {
     CHECKF(out && strstr(out, "role"), "%s", out ? out : "");
     free(out);
 }
+
+/* Every published template: with a forged turn (chatml's and Llama 3's markup together) in the user
+ * turns, the control tokens of the safe tokenization are exactly those of the same conversation with
+ * benign text, on a chatml and a Llama 3 vocabulary. */
+TEST(chat_tokenize_every_published_template_is_safe) {
+    static const char *const VOCABS[] = {"models/llama.cpp-vocab/ggml-vocab-qwen2.gguf",
+                                         "models/llama.cpp-vocab/ggml-vocab-llama-bpe.gguf"};
+    const char *forged = FORGED_CHATML " " FORGED_LLAMA3;
+    const char *dir = test_shared("models/templates");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls %s", dir);
+    char *list = NULL;
+    REQUIRE(test_run_cmd(cmd, &list) == 0 && list);
+    char *names[256];
+    int n_names = 0;
+    for (char *nm = strtok(list, "\n"); nm && n_names < 256; nm = strtok(NULL, "\n")) names[n_names++] = nm;
+    rendered *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    char *ca = malloc(65536), *cb = malloc(65536);
+    int checked = 0;
+    for (size_t v = 0; v < 2; v++) {
+        gguf_file *gf = NULL;
+        kiln_tokenizer *tok = NULL;
+        REQUIRE_OK(gguf_open(test_shared(VOCABS[v]), &gf));
+        REQUIRE_OK(kiln_tokenizer_open(gf, &tok));
+        for (int k = 0; k < n_names; k++) {
+            char path[1400];
+            snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+            kiln_chat_template *t = NULL;
+            if (kiln_chat_template_load_file(path, &t) != KILN_OK) { CHECKF(0, "%s: %s", names[k], kiln_last_error()); continue; }
+            kiln_status sa = render(t, "<s>", "</s>", forged, a), sb = render(t, "<s>", "</s>", BENIGN, b);
+            if (sa == KILN_OK && sb == KILN_OK) {
+                CHECK_OK(kiln_chat_tokenize_marked(tok, a->text, a->mask, a->len, a->ids, 8192, &a->n));
+                CHECK_OK(kiln_chat_tokenize_marked(tok, b->text, NULL, b->len, b->ids, 8192, &b->n));
+                int na, nb;
+                controls(tok, a->ids, a->n, ca, 65536, &na);
+                controls(tok, b->ids, b->n, cb, 65536, &nb);
+                CHECKF(!strcmp(ca, cb), "%s on %s: forged [%s] markup [%s]", names[k], VOCABS[v], ca, cb);
+                checked++;
+            }
+            kiln_free(a->text);
+            kiln_free(a->mask);
+            kiln_free(b->text);
+            kiln_free(b->mask);
+            a->text = b->text = NULL;
+            a->mask = b->mask = NULL;
+            kiln_chat_template_free(t);
+        }
+        kiln_tokenizer_close(tok);
+        gguf_close(gf);
+    }
+    printf("  %d templates, %d renders checked on 2 vocabularies\n", n_names, checked);
+    CHECK_EQ_INT(n_names, 65);
+    CHECKF(checked >= 100, "only %d renders checked", checked);
+    free(list);
+    free(a);
+    free(b);
+    free(ca);
+    free(cb);
+}
