@@ -104,6 +104,12 @@ typedef struct chat {
     int n_ctx;
 } chat;
 
+/* Prints "kiln chat: message" and returns false (for the chat's bool-returning steps). */
+static bool chat_fail(const char *msg) {
+    cli_error("chat", "%s", msg);
+    return false;
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -163,7 +169,7 @@ static bool run_prompt(chat *c, const int32_t *ids, size_t n_ids, const float **
     kiln_status st = kiln_session_rewind(c->s, (int)keep);
     c->n_cached = keep;
     if (st == KILN_OK) st = kiln_prefill(c->s, ids + keep, n_ids - keep, logits);
-    if (st != KILN_OK) return cli_error("chat", "%s", kiln_last_error()) == 0;
+    if (st != KILN_OK) return chat_fail(kiln_last_error());
     memcpy(c->cached, ids, n_ids * sizeof *ids);
     c->n_cached = n_ids;
     return true;
@@ -203,9 +209,9 @@ static bool generate(chat *c, const float *logits, reply *r) {
         size_t nb = kiln_detok_push(&d, id, buf, sizeof buf);
         fwrite(buf, 1, nb, stdout);
         fflush(stdout);
-        if (!reply_append(r, buf, nb)) { ok = cli_error("chat", "out of memory") == 0; break; }
+        if (!reply_append(r, buf, nb)) { ok = chat_fail("out of memory"); break; }
         if (kiln_session_n_past(c->s) >= c->n_ctx) { r->full = true; break; }
-        if (kiln_decode(c->s, id, &logits) != KILN_OK) { ok = cli_error("chat", "%s", kiln_last_error()) == 0; break; }
+        if (kiln_decode(c->s, id, &logits) != KILN_OK) { ok = chat_fail(kiln_last_error()); break; }
         c->cached[c->n_cached++] = id;
     }
     size_t nb = kiln_detok_flush(&d, buf, sizeof buf);
@@ -244,8 +250,7 @@ static bool turn(chat *c, uint64_t t_enter) {
     if (ok && r.full)
         fprintf(stderr, "kiln chat: the reply reached the end of the context (%d tokens); the oldest turns will be "
                 "dropped for the next message\n", c->n_ctx);
-    ok = ok && history_add(&c->h, "assistant", r.text ? r.text : "");
-    if (!ok && r.text) cli_error("chat", "out of memory");
+    if (ok && !history_add(&c->h, "assistant", r.text ? r.text : "")) ok = chat_fail("out of memory");
     free(r.text);
     return ok;
 }
@@ -255,14 +260,14 @@ static bool chat_open(chat *c, const chat_opts *o) {
     c->o = o;
     kiln_session_options so = {.n_ctx = (int)o->ctx, .n_threads = (int)o->threads, .device = o->device};
     if (kiln_model_open(o->model, &c->m) != KILN_OK || kiln_session_open(c->m, &so, &c->s) != KILN_OK)
-        return cli_error("chat", "%s", kiln_last_error()) == 0;
+        return chat_fail(kiln_last_error());
     if (!chat_prompt_open("chat", c->m, o->tmpl, &c->cp)) return false;
     kiln_model_info mi;
     kiln_model_get_info(c->m, &mi);
-    if (kiln_sampler_open(&o->sp, mi.n_vocab, &c->smp) != KILN_OK) return cli_error("chat", "%s", kiln_last_error()) == 0;
+    if (kiln_sampler_open(&o->sp, mi.n_vocab, &c->smp) != KILN_OK) return chat_fail(kiln_last_error());
     c->n_ctx = kiln_session_n_ctx(c->s);
     c->cached = malloc((size_t)c->n_ctx * sizeof *c->cached);
-    if (!c->cached || (o->system && !history_add(&c->h, "system", o->system))) return cli_error("chat", "out of memory") == 0;
+    if (!c->cached || (o->system && !history_add(&c->h, "system", o->system))) return chat_fail("out of memory");
     return true;
 }
 
