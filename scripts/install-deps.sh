@@ -2,7 +2,8 @@
 # Installs the Debian packages kiln builds against, when they are missing (needs root and apt).
 # Run by `make run` / `make bench` (build packages) and, with --test, by `make test` / `make fuzz`; never by
 # plain `make` or `make install`.
-# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON).
+# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
+# (line editing in `kiln chat`).
 # --test adds: python3-jinja2 (chat-template reference), gcc-aarch64-linux-gnu (the cross-compile check),
 # and clang's libFuzzer runtime where clang exists (optional).
 set -e
@@ -11,6 +12,7 @@ tests=no
 need=""
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
+[ -f /usr/include/editline/readline.h ] || need="$need libedit-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"
 if [ $tests = yes ]; then
