@@ -145,8 +145,8 @@ static int32_t draw(kiln_sampler *s, cand *c, int n) {
 /* top-k on: the heap's k sorted candidates, then top-p and min-p over their softmax, then the draw. */
 static int32_t sample_top_k(kiln_sampler *s) {
     cand *c = s->c;
-    int n = s->p.top_k;
-    sample_view_top(&s->view, n, c);
+    int n = sample_view_top(&s->view, s->p.top_k, c);
+    if (n <= 0) return sample_view_argmax(&s->view); /* only when every logit is NaN */
     softmax(c, n, 1.0f);
     if (s->p.top_p < 1.0f) {
         double cum = 0.0;
@@ -255,7 +255,7 @@ int kiln_sampler_top(kiln_sampler *s, int n, int32_t *ids, float *logprobs) {
     if (!s || !s->have_last || n <= 0 || !ids || !logprobs) return 0;
     if (n > s->n_vocab) n = s->n_vocab;
     const double logz = last_logz(s);
-    sample_view_top(&s->view, n, s->c);
+    n = sample_view_top(&s->view, n, s->c);
     for (int i = 0; i < n; i++) {
         ids[i] = s->c[i].id;
         logprobs[i] = (float)((double)(s->c[i].logit - s->view.max) - logz);

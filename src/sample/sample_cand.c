@@ -90,3 +90,28 @@ void sample_heap_sort(cand *h, int k) {
         sift_down(h, n, 0);
     }
 }
+
+/* min-heap of floats: the root is the smallest of the k largest seen */
+static void fsift_down(float *h, int n, int i) {
+    const float x = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (!(h[c] < x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+float sample_kth_largest(const float *x, int n, int k, float *scratch) {
+    memcpy(scratch, x, (size_t)k * sizeof *x);
+    for (int i = k / 2 - 1; i >= 0; i--) fsift_down(scratch, k, i);
+    for (int i = k; i < n; i++)
+        if (x[i] > scratch[0]) {
+            scratch[0] = x[i];
+            fsift_down(scratch, k, 0);
+        }
+    return scratch[0];
+}

@@ -26,7 +26,8 @@ typedef struct cand { int32_t id; float logit; float p; } cand;
 
 /* bm[b] = max of x[b*64 .. b*64+64) for b < nblk (x holds nblk full blocks). */
 typedef void (*sample_block_max_fn)(const float *x, int nblk, float *bm);
-/* Sum over i < n of expf((x[i] - m) * scale), accumulated in double; terms below ~1e-38 count as 0. */
+/* Sum over i < n of expf((x[i] - m) * scale) (each term <= e^88), accumulated in double; the AVX2 variant
+ * counts a term below 1.2e-38 as 1.2e-38. */
 typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float scale);
 
 typedef struct sample_kernels {
@@ -37,7 +38,7 @@ typedef struct sample_kernels {
 void sample_block_max_ref(const float *x, int nblk, float *bm);
 double sample_exp_sum_ref(const float *x, int n, float m, float scale);
 /* AVX2 + FMA variants (call only when kiln_cpu_has_avx2()): block_max is exact; exp_sum's terms are within
- * 2 ulp of expf's. */
+ * 2 ulp of expf's, summed 64 at a time in float (relative error of the sum ~1e-7). */
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
 double sample_exp_sum_avx2(const float *x, int n, float m, float scale);
 /* The AVX2 kernels when the CPU has them and KILN_NO_SIMD is unset, else the references. */
@@ -53,6 +54,7 @@ typedef struct sample_view {
     int32_t *dirty;       /* the blocks that have a copy, n_dirty of them */
     int n_dirty, max_dirty;
     float *bm;            /* nb: each block's maximum */
+    float *scratch;       /* nb floats for sample_view_top */
     float max;            /* the maximum of all (penalized) logits */
 } sample_view;
 
@@ -80,8 +82,10 @@ double sample_view_exp_sum(const sample_view *v, const sample_kernels *k, float 
 /* Appends to out, in ascending id order, the candidates with lo <= logit < hi (hi = +inf: no upper bound,
  * +inf logits included); returns their count. Visits only the blocks whose maximum is >= lo. */
 int sample_view_collect(const sample_view *v, float lo, float hi, cand *out);
-/* The k (1 <= k <= nv) largest logits into heap[0..k), sorted best first (ties: lower id first). */
-void sample_view_top(const sample_view *v, int k, cand *heap);
+/* The k (1 <= k <= nv) largest logits into heap[0..k), sorted best first (ties: lower id first); returns k
+ * (fewer only when logits are NaN). When k <= nb, the k-th largest block maximum bounds the k-th largest
+ * logit from below (k blocks hold an id at least that large), so only the blocks that reach it are read. */
+int sample_view_top(const sample_view *v, int k, cand *heap);
 
 /* ---- penalties (sample_penalty.c) ---- */
 
@@ -119,5 +123,7 @@ void sample_heap_push(cand *h, int *count, cand x);
 void sample_heap_offer(cand *h, int k, cand x);
 /* Sorts a full heap of k best first (heapsort: pops the worst to the back). */
 void sample_heap_sort(cand *h, int k);
+/* The k-th largest of x[0..n) (1 <= k <= n); scratch holds k floats. */
+float sample_kth_largest(const float *x, int n, int k, float *scratch);
 
 #endif

@@ -1,6 +1,6 @@
 /* sample_kernels_avx2.c — AVX2 + FMA variants of the sampler's kernels (8 logits per step): the block
- * maxima (exact) and the sum of exponentials (a Cephes-style expf, within 2 ulp of libm's, summed in
- * double). Compiled with -mavx2 -mfma; called only when the CPU has them. */
+ * maxima (exact) and the sum of exponentials (a Cephes-style expf within 2 ulp of libm's, 64 terms summed
+ * in float, those partial sums in double). Compiled with -mavx2 -mfma; called only when the CPU has them. */
 #include "sample/sample_internal.h"
 
 #include <math.h>
@@ -27,12 +27,13 @@ void sample_block_max_avx2(const float *x, int nblk, float *bm) {
     }
 }
 
-/* e^x for x <= 88; 0 below -87.33 (where expf turns subnormal) */
+/* e^x for x <= 88 (Cephes' polynomial; rounding by the 1.5 * 2^23 shift); x below -87.33 (the normal range's
+ * end) gives e^-87.33 ~ 1.2e-38 */
 static inline __m256 exp8(__m256 x) {
-    const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3365448f), _CMP_LT_OQ);
+    const __m256 shift = _mm256_set1_ps(12582912.0f);
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365448f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nf = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shift);
+    const __m256 n = _mm256_sub_ps(nf, shift);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 y = _mm256_set1_ps(1.9875691500e-4f);
@@ -42,21 +43,35 @@ static inline __m256 exp8(__m256 x) {
     y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
     y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
     y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(zero, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    /* the low mantissa bits of nf hold n: (n + 127) << 23 is 2^n */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(nf), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+static inline __m256d add_ps_to_pd(__m256d acc, __m256 v) {
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+/* 64 terms per float partial sum (8 per lane), each partial added to a double */
 double sample_exp_sum_avx2(const float *x, int n, float m, float scale) {
     const __m256 vm = _mm256_set1_ps(m), vs = _mm256_set1_ps(scale);
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    __m256d acc = _mm256_setzero_pd();
     int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 y = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs));
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+    while (i + 8 <= n) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        const int end = i + 64 <= n ? i + 64 : n - (n - i) % 8;
+        for (; i + 16 <= end; i += 16) {
+            a0 = _mm256_add_ps(a0, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs)));
+            a1 = _mm256_add_ps(a1, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm), vs)));
+        }
+        if (i < end) {
+            a0 = _mm256_add_ps(a0, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vs)));
+            i += 8;
+        }
+        acc = add_ps_to_pd(add_ps_to_pd(acc, a0), a1);
     }
-    a0 = _mm256_add_pd(a0, a1);
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
     double z = _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
     for (; i < n; i++) z += (double)expf((x[i] - m) * scale);
     return z;

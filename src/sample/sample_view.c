@@ -15,7 +15,8 @@ int sample_view_init(sample_view *v, int n_vocab, int max_penalized) {
     v->slot = kiln_malloc((size_t)v->nb * sizeof(int32_t));
     v->dirty = kiln_malloc((size_t)v->max_dirty * sizeof(int32_t));
     v->bm = kiln_malloc((size_t)v->nb * sizeof(float));
-    if (!v->side || !v->slot || !v->dirty || !v->bm) return -1;
+    v->scratch = kiln_malloc((size_t)v->nb * sizeof(float));
+    if (!v->side || !v->slot || !v->dirty || !v->bm || !v->scratch) return -1;
     for (int b = 0; b < v->nb; b++) v->slot[b] = -1;
     return 0;
 }
@@ -25,6 +26,7 @@ void sample_view_free(sample_view *v) {
     kiln_free(v->slot);
     kiln_free(v->dirty);
     kiln_free(v->bm);
+    kiln_free(v->scratch);
     memset(v, 0, sizeof *v);
 }
 
@@ -99,17 +101,20 @@ int sample_view_collect(const sample_view *v, float lo, float hi, cand *out) {
     return n;
 }
 
-void sample_view_top(const sample_view *v, int k, cand *heap) {
+int sample_view_top(const sample_view *v, int k, cand *heap) {
+    const float floor = k <= v->nb ? sample_kth_largest(v->bm, v->nb, k, v->scratch) : -INFINITY;
     int n = 0;
     for (int b = 0; b < v->nb; b++) {
-        if (n == k && !(v->bm[b] > heap[0].logit)) continue; /* nothing in this block beats the k-th best */
+        if (!(v->bm[b] >= floor) || (n == k && !(v->bm[b] > heap[0].logit))) continue;
         const float *x = sample_view_block(v, b);
         const int len = sample_view_block_len(v, b), id0 = b * SAMPLE_BLOCK;
         for (int j = 0; j < len; j++) {
+            if (!(x[j] >= floor)) continue;
             const cand c = {id0 + j, x[j], 0.0f};
             if (n < k) sample_heap_push(heap, &n, c);
-            else sample_heap_offer(heap, k, c);
+            else if (x[j] > heap[0].logit) sample_heap_offer(heap, k, c);
         }
     }
-    sample_heap_sort(heap, k);
+    sample_heap_sort(heap, n);
+    return n;
 }
