@@ -32,7 +32,8 @@ struct kiln_sampler {
     sample_penalty pen;
     sample_view view;
     sample_kernels k;
-    cand *c, *tmp;   /* n_vocab candidates each: the candidates and the sort's scratch */
+    cand *c;         /* n_vocab candidates */
+    uint64_t *tmp;   /* 2 n_vocab: the sort's scratch */
     int have_last;   /* a kiln_sample ran since open / reset: the view is that call's */
     int have_logz;
     double logz;     /* log of the temperature-1 normalizer of the last call (for logprobs) */
@@ -80,7 +81,7 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
                                            p->repeat_last_n, n_vocab) == 0;
     const int view_ok = sample_view_init(&s->view, n_vocab, sample_penalty_max(p->repeat_last_n, n_vocab)) == 0;
     s->c = kiln_malloc((size_t)n_vocab * sizeof(cand));
-    s->tmp = kiln_malloc((size_t)n_vocab * sizeof(cand));
+    s->tmp = kiln_malloc((size_t)n_vocab * 2 * sizeof(uint64_t));
     if (!pen_ok || !view_ok || !s->c || !s->tmp) {
         kiln_sampler_close(s);
         return kiln_fail(KILN_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);

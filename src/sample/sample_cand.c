@@ -23,28 +23,39 @@ static void insertion_sort(cand *c, int n) {
     }
 }
 
+static inline float key_logit(uint32_t key) {
+    uint32_t u = ~key;
+    u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 #define RADIX_BITS 11
 #define RADIX_SIZE (1 << RADIX_BITS)
 #define RADIX_PASSES 3
 
-void sample_cand_sort(cand *c, int n, cand *tmp) {
+/* LSD radix sort of (key << 32 | id) on the key's 32 bits, 11 at a time, skipping a digit that every item
+ * shares; stable, so equal keys keep their (ascending id) order. */
+void sample_cand_sort(cand *c, int n, uint64_t *tmp) {
     if (n <= 48) { insertion_sort(c, n); return; }
     uint32_t hist[RADIX_PASSES][RADIX_SIZE];
     memset(hist, 0, sizeof hist);
+    uint64_t *src = tmp, *dst = tmp + n;
     for (int i = 0; i < n; i++) {
         const uint32_t k = desc_key(c[i].logit);
+        src[i] = (uint64_t)k << 32 | (uint32_t)c[i].id;
         for (int p = 0; p < RADIX_PASSES; p++) hist[p][(k >> (p * RADIX_BITS)) & (RADIX_SIZE - 1)]++;
     }
-    cand *src = c, *dst = tmp;
     for (int p = 0; p < RADIX_PASSES; p++) {
-        const int shift = p * RADIX_BITS;
-        if (hist[p][(desc_key(c[0].logit) >> shift) & (RADIX_SIZE - 1)] == (uint32_t)n) continue; /* one digit */
+        const int shift = 32 + p * RADIX_BITS;
+        if (hist[p][(src[0] >> shift) & (RADIX_SIZE - 1)] == (uint32_t)n) continue; /* one digit */
         uint32_t pos = 0;
         for (int d = 0; d < RADIX_SIZE; d++) { const uint32_t h = hist[p][d]; hist[p][d] = pos; pos += h; }
-        for (int i = 0; i < n; i++) dst[hist[p][(desc_key(src[i].logit) >> shift) & (RADIX_SIZE - 1)]++] = src[i];
-        cand *t = src; src = dst; dst = t;
+        for (int i = 0; i < n; i++) dst[hist[p][(src[i] >> shift) & (RADIX_SIZE - 1)]++] = src[i];
+        uint64_t *t = src; src = dst; dst = t;
     }
-    if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
+    for (int i = 0; i < n; i++) c[i] = (cand){(int32_t)(uint32_t)src[i], key_logit((uint32_t)(src[i] >> 32)), 0.0f};
 }
 
 /* a is worse than b: lower logit, or the same logit and a higher id */

@@ -116,8 +116,9 @@ int sample_penalty_apply(sample_penalty *pen, const float *logits);
 /* ---- candidates (sample_cand.c) ---- */
 
 /* Sorts c[0..n) by logit descending, stably (c must be in ascending id order, so ties end lower id
- * first: the order of the reference comparator); tmp holds n candidates of scratch. NaN never occurs. */
-void sample_cand_sort(cand *c, int n, cand *tmp);
+ * first: the order of the reference comparator; a -0 logit comes back as +0); tmp holds 2n items of
+ * scratch. NaN never occurs. */
+void sample_cand_sort(cand *c, int n, uint64_t *tmp);
 /* Heap of the best k seen so far, worst at the root: push while count < k, then offer. */
 void sample_heap_push(cand *h, int *count, cand x);
 void sample_heap_offer(cand *h, int k, cand x);
