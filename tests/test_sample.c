@@ -484,3 +484,31 @@ TEST(sample_penalty_params_are_validated) {
     REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
     kiln_sampler_close(s);
 }
+
+TEST(sample_survives_inf_and_nan_logits) {
+    /* garbage in (an engine bug upstream): any id in range, no out-of-bounds access, for every mix */
+    const int n = 300;
+    float x[300];
+    uint64_t rng = 9;
+    mix m[16];
+    const int nm = make_mixes(m, n);
+    for (int round = 0; round < 6; round++) {
+        for (int i = 0; i < n; i++) x[i] = test_rand_normal(&rng);
+        if (round == 0) x[5] = x[77] = INFINITY;
+        if (round == 1) x[0] = NAN;
+        if (round == 2) for (int i = 0; i < n; i++) x[i] = NAN;
+        if (round == 3) for (int i = 0; i < n; i++) x[i] = -INFINITY;
+        if (round == 4) { x[3] = INFINITY; x[4] = NAN; x[200] = -INFINITY; }
+        if (round == 5) for (int i = 0; i < n; i += 2) x[i] = INFINITY;
+        for (int mi = 0; mi < nm; mi++) {
+            kiln_sampler *s;
+            REQUIRE_OK(kiln_sampler_open(&m[mi].p, n, &s));
+            for (int d = 0; d < 4; d++) {
+                const int32_t id = kiln_sample(s, x);
+                CHECKF(id >= 0 && id < n, "round %d mix '%s': id %d", round, m[mi].name, id);
+                kiln_sampler_accept(s, id);
+            }
+            kiln_sampler_close(s);
+        }
+    }
+}

@@ -168,7 +168,7 @@ static int32_t sample_top_k(kiln_sampler *s) {
 /* The bands of candidates below the maximum: [max - d*unit, hi), d = 6, 12, 24, ... then everything. */
 typedef struct band {
     float max, unit, d, hi, floor;
-    int n, done;
+    int n, done, later;  /* later: not the first band (the first has no upper bound) */
 } band;
 
 /* Appends the next non-empty band, sorted, to s->c[0..b->n); returns its size (0: no candidates left). */
@@ -176,7 +176,8 @@ static int next_band(kiln_sampler *s, band *b) {
     while (!b->done) {
         float lo = b->d > 104.0f ? -INFINITY : b->max - b->d * b->unit; /* expf(-104) is 0 in float */
         if (!(lo > b->floor)) { lo = b->floor; b->done = 1; }
-        const int m = sample_view_collect(&s->view, lo, b->hi, s->c + b->n);
+        const int m = sample_view_collect(&s->view, lo, b->hi, !b->later, s->c + b->n);
+        b->later = 1;
         sample_cand_sort(s->c + b->n, m, s->tmp);
         b->n += m;
         b->hi = lo;

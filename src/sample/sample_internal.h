@@ -79,9 +79,9 @@ float sample_view_logit(const sample_view *v, int32_t id);
 int32_t sample_view_argmax(const sample_view *v);
 /* Sum over every id of expf((logit - max) * scale). */
 double sample_view_exp_sum(const sample_view *v, const sample_kernels *k, float scale);
-/* Appends to out, in ascending id order, the candidates with lo <= logit < hi (hi = +inf: no upper bound,
- * +inf logits included); returns their count. Visits only the blocks whose maximum is >= lo. */
-int sample_view_collect(const sample_view *v, float lo, float hi, cand *out);
+/* Appends to out, in ascending id order, the candidates with lo <= logit < hi (first: lo <= logit, +inf
+ * included); returns their count. Visits only the blocks whose maximum is >= lo. */
+int sample_view_collect(const sample_view *v, float lo, float hi, int first, cand *out);
 /* The k (1 <= k <= nv) largest logits into heap[0..k), sorted best first (ties: lower id first); returns k
  * (fewer only when logits are NaN). When k <= nb, the k-th largest block maximum bounds the k-th largest
  * logit from below (k blocks hold an id at least that large), so only the blocks that reach it are read. */

@@ -88,9 +88,9 @@ double sample_view_exp_sum(const sample_view *v, const sample_kernels *k, float 
     return z;
 }
 
-int sample_view_collect(const sample_view *v, float lo, float hi, cand *out) {
+int sample_view_collect(const sample_view *v, float lo, float hi, int first, cand *out) {
     int n = 0;
-    const int bounded = hi < INFINITY;
+    const int bounded = !first;
     for (int b = 0; b < v->nb; b++) {
         if (!(v->bm[b] >= lo)) continue;
         const float *x = sample_view_block(v, b);
