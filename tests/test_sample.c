@@ -223,7 +223,7 @@ TEST(sample_same_seed_same_ids_as_reference) {
                 fill_logits(x, n, shape, scales[sc], &rng);
                 for (int mi = 0; mi < nm; mi++) {
                     m[mi].p.seed = test_rand_u64(&rng);
-                    const int draws = big ? 2 : 12, d = compare_runs(&m[mi].p, x, n, draws, &rng);
+                    const int draws = big ? 1 : 12, d = compare_runs(&m[mi].p, x, n, draws, &rng);
                     CHECKF(d == 0, "vocab %d shape %d scale %g mix '%s': %d of %d ids differ", n, shape,
                            (double)scales[sc], m[mi].name, d, draws);
                     calls += draws;
@@ -290,21 +290,21 @@ TEST(sample_distribution_matches_reference) {
     for (int i = 0; i < 8; i++) window[i] = best;
     kiln_sampler_params p = mkp(1.0f, 0, 0.9f, 0.0f);
     p.seed = 1;
-    check_distribution("t1 top-p 0.9 k off", &p, x, n, 20000, NULL, 0);
+    check_distribution("t1 top-p 0.9 k off", &p, x, n, 10000, NULL, 0);
     p = mkp(1.0f, 0, 1.0f, 0.05f);
-    check_distribution("min-p 0.05 only", &p, x, n, 20000, NULL, 0);
+    check_distribution("min-p 0.05 only", &p, x, n, 10000, NULL, 0);
     p = mkp(0.7f, 0, 1.0f, 0.0f);
-    check_distribution("t0.7 only", &p, x, n, 20000, NULL, 0);
+    check_distribution("t0.7 only", &p, x, n, 10000, NULL, 0);
     p = kiln_sampler_defaults();
-    check_distribution("defaults", &p, x, n, 20000, NULL, 0);
+    check_distribution("defaults", &p, x, n, 10000, NULL, 0);
     p = mkp(1.0f, 0, 0.9f, 0.0f);
     p.repeat_penalty = 1.2f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f, p.repeat_last_n = 24;
-    check_distribution("penalties top-p 0.9", &p, x, n, 20000, window, 24);
+    check_distribution("penalties top-p 0.9", &p, x, n, 10000, window, 24);
     p.presence_penalty = -1.0f, p.frequency_penalty = -0.5f, p.repeat_penalty = 0.9f;
-    check_distribution("negative penalties", &p, x, n, 20000, window + 8, 16); /* not the best id */
+    check_distribution("negative penalties", &p, x, n, 10000, window + 8, 16); /* not the best id */
     fill_logits(x, 151936, 0, 3.0f, &rng);
     p = mkp(1.0f, 0, 0.9f, 0.0f);
-    check_distribution("151936: t1 top-p 0.9", &p, x, 151936, 4000, NULL, 0);
+    check_distribution("151936: t1 top-p 0.9", &p, x, 151936, 2000, NULL, 0);
     free(x);
 }
 
