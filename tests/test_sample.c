@@ -129,7 +129,7 @@ TEST(sample_params_are_validated) {
 #include "sample_ref.h"
 
 /* Random logits of a few shapes: 0 normal * scale, 1 quantized to halves (many exact ties), 2 normal plus a
- * few spikes (peaked), 3 normal with some -inf (masked ids). */
+ * few spikes (peaked), 3 normal with some -inf (masked ids), 4 a ladder 0, -6, -12, ... (scale unused). */
 static void fill_logits(float *x, int n, int shape, float scale, uint64_t *rng) {
     for (int i = 0; i < n; i++) x[i] = test_rand_normal(rng) * scale;
     if (shape == 1)
@@ -138,6 +138,8 @@ static void fill_logits(float *x, int n, int shape, float scale, uint64_t *rng) 
         for (int i = 0; i < 5 && i < n; i++) x[test_rand_u64(rng) % (uint64_t)n] += 6.0f + (float)i * 2.0f;
     if (shape == 3)
         for (int i = 0; i < n / 8; i++) x[test_rand_u64(rng) % (uint64_t)n] = -INFINITY;
+    if (shape == 4) /* a ladder of exact multiples of 6 below 0: ids sit on the sampler's band boundaries */
+        for (int i = 0; i < n; i++) x[i] = -6.0f * (float)(test_rand_u64(rng) % 4) * (i % 5 ? 1.0f : 2.0f);
 }
 
 typedef struct mix { const char *name; kiln_sampler_params p; } mix;
@@ -218,8 +220,8 @@ TEST(sample_same_seed_same_ids_as_reference) {
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const int n = sizes[si], big = n >= 32000;
         const int nm = make_mixes(m, n);
-        for (int shape = 0; shape < 4; shape++)
-            for (size_t sc = 0; sc < sizeof scales / sizeof *scales; sc += big ? 2 : 1) {
+        for (int shape = 0; shape < (big ? 4 : 5); shape++)
+            for (size_t sc = 0; sc < (shape == 4 ? 1 : sizeof scales / sizeof *scales); sc += big ? 2 : 1) {
                 fill_logits(x, n, shape, scales[sc], &rng);
                 for (int mi = 0; mi < nm; mi++) {
                     m[mi].p.seed = test_rand_u64(&rng);
@@ -326,21 +328,33 @@ TEST(sample_kernels_match_scalar_reference) {
             m = bm_ref[b] > m ? bm_ref[b] : m;
         }
         for (int t = 0; t < 3; t++) {
-            const float sc = t == 0 ? 1.0f : t == 1 ? 1.0f / 0.7f : 0.05f;
+            const float temp = t == 0 ? 1.0f : t == 1 ? 0.7f : 20.0f;
             const int n = N - round; /* tails of every length mod 8 */
-            const double zr = sample_exp_sum_ref(x, n, m, sc), zf = sample_exp_sum_avx2(x, n, m, sc);
-            CHECKF(fabs(zf - zr) <= 2e-7 * zr, "round %d scale %g: exp sum %.9g vs %.9g", round, (double)sc, zf, zr);
+            const double zr = sample_exp_sum_ref(x, n, m, temp), zf = sample_exp_sum_avx2(x, n, m, temp);
+            CHECKF(fabs(zf - zr) <= 1e-13 * zr, "round %d temp %g: exp sum %.17g vs %.17g", round, (double)temp, zf, zr);
+            const double zq = sample_exp_sum_fast_avx2(x, n, m, temp);
+            CHECKF(fabs(zq - zr) <= SAMPLE_FAST_EXP_ERR * zr, "round %d temp %g: fast exp sum %.17g vs %.17g", round,
+                   (double)temp, zq, zr);
         }
     }
-    /* one term each: exp of 0, of tiny, of the underflow edge */
-    const float one[8] = {0.0f, -1e-6f, -20.0f, -87.0f, -88.0f, -104.0f, -INFINITY, -3.0f};
-    for (int i = 0; i < 8; i++) {
-        const double r = sample_exp_sum_ref(one + i, 1, 0.0f, 1.0f);
+    /* every term is libm's expf bit for bit: 8 equal terms sum exactly to 8 * term */
+    int wrong = 0, fast_wrong = 0;
+    float worst = 0.0f, fast_worst = 0.0f;
+    for (int i = 0; i < 400000; i++) {
+        const uint64_t u = test_rand_u64(&rng);
+        float v = -(float)(u % 1000003) * (112.0f / 1000003.0f);
+        if (i % 4 == 1) v = -ldexpf((float)(u % 4096), -(int)(u >> 60) - 10); /* near 0 */
+        if (i == 0) v = -INFINITY;
         float v8[8];
-        for (int j = 0; j < 8; j++) v8[j] = one[i];
-        const double f = sample_exp_sum_avx2(v8, 8, 0.0f, 1.0f) / 8.0;
-        CHECKF(fabs(f - r) <= 2.5e-7 * r + 1e-37, "exp(%g): %.9g vs %.9g", (double)one[i], f, r);
+        for (int j = 0; j < 8; j++) v8[j] = v;
+        const double got = sample_exp_sum_avx2(v8, 8, 0.0f, 1.0f) / 8.0, want = (double)expf(v);
+        if (got != want) { wrong++; worst = v; }
+        const double fast = sample_exp_sum_fast_avx2(v8, 8, 0.0f, 1.0f) / 8.0;
+        const double err = fabs(fast - want), bound = v >= -87.33f ? SAMPLE_FAST_EXP_ERR * want : 1.2e-38;
+        if (err > bound) { fast_wrong++; fast_worst = v; }
     }
+    CHECKF(wrong == 0, "%d terms differ from expf (e.g. at %a)", wrong, (double)worst);
+    CHECKF(fast_wrong == 0, "%d fast terms outside the bound (e.g. at %a)", fast_wrong, (double)fast_worst);
 }
 
 TEST(sample_allocates_nothing_per_call) {

@@ -86,6 +86,9 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
         kiln_sampler_close(s);
         return kiln_fail(KILN_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
     }
+    /* fault the candidate buffers in now, so that no later call pays for their pages (first-call contract) */
+    memset(s->c, 0, (size_t)n_vocab * sizeof(cand));
+    memset(s->tmp, 0, (size_t)n_vocab * 2 * sizeof(uint64_t));
     kiln_sampler_reset(s);
     *out = s;
     return KILN_OK;
@@ -187,49 +190,76 @@ static int next_band(kiln_sampler *s, band *b) {
     return 0;
 }
 
-/* top-k off, top-p and / or min-p on: walk the bands until the cut, then the draw over the kept prefix.
- * Without top-p, min-p compares expf(logit - max) with min_p (the definition's p / p_max up to rounding). */
-static int32_t sample_cut(kiln_sampler *s) {
+/* A cumulative sum or a min-p ratio computed with the fast normalizer lies within this of the exact one
+ * (SAMPLE_FAST_EXP_ERR relative, plus one float rounding per probability), with room to spare. */
+#define FAST_MARGIN 1e-6
+
+/* The walk of top-p / min-p over the bands with normalizer z (z = 1 without top-p: min-p then compares
+ * expf(logit - max) with min_p). Returns the kept count, or -1 when margin > 0 and a decision came within
+ * margin of its boundary (the caller walks again with the exact normalizer). */
+static int cut_walk(kiln_sampler *s, band *b, double z, double margin) {
     const kiln_sampler_params *p = &s->p;
     const float max = s->view.max;
     const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
-    const double z = top_p ? sample_view_exp_sum(&s->view, &s->k, 1.0f) : 1.0;
-    if (top_p) { s->logz = log(z); s->have_logz = 1; }
-    band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
-    if (min_p) b.floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* below: min-p fails */
     double cum = 0.0;
     float thr = 0.0f;
-    int i = 0;
-    while (next_band(s, &b)) {
-        for (; i < b.n; i++) {
-            cand *c = &s->c[i];
-            const float e = expf(c->logit - max);
-            c->p = top_p ? (float)(e / z) : e;
-            if (i == 0) thr = c->p * p->min_p;
-            else if (min_p && c->p < thr) return draw(s, s->c, i);
-            cum += c->p;
-            if (top_p && cum >= p->top_p) return draw(s, s->c, i + 1);
+    for (int i = 0; i < b->n || next_band(s, b); i++) {
+        cand *c = &s->c[i];
+        c->p = (float)(expf(c->logit - max) / z);
+        if (i == 0) thr = c->p * p->min_p;
+        else if (min_p) {
+            if (margin > 0.0 && fabs((double)c->p - thr) <= margin * thr) return -1;
+            if (c->p < thr) return i;
+        }
+        cum += c->p;
+        if (top_p && cum >= p->top_p) {
+            if (margin > 0.0 && (cum - p->top_p < margin || p->top_p - (cum - c->p) < margin)) return -1;
+            return i + 1;
         }
     }
-    return draw(s, s->c, b.n);
+    if (top_p && margin > 0.0 && p->top_p - cum < margin) return -1;
+    return b->n;
 }
 
-/* No cut: the draw walks the bands (in units of the temperature) with the whole vocabulary's normalizer. */
-static int32_t sample_all(kiln_sampler *s) {
-    const float temp = s->p.temperature, max = s->view.max;
-    const double z = sample_view_exp_sum(&s->view, &s->k, 1.0f / temp);
-    const double r = next_uniform(s);
-    band b = {.max = max, .unit = temp, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
-    double cum = 0.0;
-    int i = 0;
-    while (next_band(s, &b)) {
-        for (; i < b.n; i++) {
-            const float e = expf((s->c[i].logit - max) / temp);
-            cum += (float)(e / z);
-            if (r < cum) return s->c[i].id;
-        }
+/* top-k off, top-p and / or min-p on: the kept prefix of the bands, then the draw over it. The fast
+ * normalizer decides unless a decision falls within its error; then the exact one walks again. */
+static int32_t sample_cut(kiln_sampler *s) {
+    const kiln_sampler_params *p = &s->p;
+    const float max = s->view.max;
+    const int top_p = p->top_p < 1.0f;
+    band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
+    if (p->min_p > 0.0f) b.floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* below: min-p fails */
+    int n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0, FAST_MARGIN);
+    if (n < 0) {
+        const double z = sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f);
+        s->logz = log(z);
+        s->have_logz = 1;
+        n = cut_walk(s, &b, z, 0.0);
     }
-    return b.n ? s->c[b.n - 1].id : sample_view_argmax(&s->view);
+    return draw(s, s->c, n);
+}
+
+/* The draw without cuts, walking the bands in units of the temperature with normalizer z: the chosen id,
+ * or -1 when margin > 0 and r came within margin of a cumulative boundary. */
+static int32_t all_walk(kiln_sampler *s, band *b, double z, double r, double margin) {
+    const float temp = s->p.temperature, max = s->view.max;
+    double cum = 0.0;
+    for (int i = 0; i < b->n || next_band(s, b); i++) {
+        const double prev = cum;
+        cum += (float)(expf((s->c[i].logit - max) / temp) / z);
+        if (r < cum) return margin > 0.0 && (cum - r < margin || r - prev < margin) ? -1 : s->c[i].id;
+    }
+    if (margin > 0.0 && r - cum < margin) return -1;
+    return b->n ? s->c[b->n - 1].id : sample_view_argmax(&s->view);
+}
+
+static int32_t sample_all(kiln_sampler *s) {
+    const float temp = s->p.temperature;
+    const double r = next_uniform(s);
+    band b = {.max = s->view.max, .unit = temp, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
+    int32_t id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum_fast, temp), r, FAST_MARGIN);
+    if (id < 0) id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum, temp), r, 0.0);
+    return id;
 }
 
 int32_t kiln_sample(kiln_sampler *s, const float *logits) {
@@ -247,7 +277,7 @@ int32_t kiln_sample(kiln_sampler *s, const float *logits) {
 /* log of the temperature-1 normalizer of the last call's penalized logits */
 static double last_logz(kiln_sampler *s) {
     if (!s->have_logz) {
-        s->logz = log(sample_view_exp_sum(&s->view, &s->k, 1.0f));
+        s->logz = log(sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f));
         s->have_logz = 1;
     }
     return s->logz;

@@ -26,21 +26,26 @@ typedef struct cand { int32_t id; float logit; float p; } cand;
 
 /* bm[b] = max of x[b*64 .. b*64+64) for b < nblk (x holds nblk full blocks). */
 typedef void (*sample_block_max_fn)(const float *x, int nblk, float *bm);
-/* Sum over i < n of expf((x[i] - m) * scale) (each term <= e^88), accumulated in double; the AVX2 variant
- * counts a term below 1.2e-38 as 1.2e-38. */
-typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float scale);
+/* Sum over i < n of (double)expf((x[i] - m) / temp): the terms of the definition's softmax (same float
+ * expression, same expf), accumulated in double. */
+typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float temp);
 
 typedef struct sample_kernels {
     sample_block_max_fn block_max;
-    sample_exp_sum_fn exp_sum;
+    sample_exp_sum_fn exp_sum;       /* exact terms */
+    sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively */
 } sample_kernels;
 
+/* Relative error bound of exp_sum_fast's terms (so of its sum, which is >= 1 where the sampler uses it). */
+#define SAMPLE_FAST_EXP_ERR 3e-7
+
 void sample_block_max_ref(const float *x, int nblk, float *bm);
-double sample_exp_sum_ref(const float *x, int n, float m, float scale);
-/* AVX2 + FMA variants (call only when kiln_cpu_has_avx2()): block_max is exact; exp_sum's terms are within
- * 2 ulp of expf's, summed 64 at a time in float (relative error of the sum ~1e-7). */
+double sample_exp_sum_ref(const float *x, int n, float m, float temp);
+/* AVX2 + FMA variants (call only when kiln_cpu_has_avx2()): block_max is exact; exp_sum's terms are glibc's
+ * expf bit for bit (only the order of the double additions differs). */
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
-double sample_exp_sum_avx2(const float *x, int n, float m, float scale);
+double sample_exp_sum_avx2(const float *x, int n, float m, float temp);
+double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp);
 /* The AVX2 kernels when the CPU has them and KILN_NO_SIMD is unset, else the references. */
 sample_kernels sample_kernels_select(void);
 
@@ -77,8 +82,8 @@ static inline int sample_view_block_len(const sample_view *v, int b) {
 float sample_view_logit(const sample_view *v, int32_t id);
 /* The lowest id holding the maximum. */
 int32_t sample_view_argmax(const sample_view *v);
-/* Sum over every id of expf((logit - max) * scale). */
-double sample_view_exp_sum(const sample_view *v, const sample_kernels *k, float scale);
+/* Sum over every id of expf((logit - max) / temp), with fn (k->exp_sum or k->exp_sum_fast). */
+double sample_view_exp_sum(const sample_view *v, sample_exp_sum_fn fn, float temp);
 /* Appends to out, in ascending id order, the candidates with lo <= logit < hi (first: lo <= logit, +inf
  * included); returns their count. Visits only the blocks whose maximum is >= lo. */
 int sample_view_collect(const sample_view *v, float lo, float hi, int first, cand *out);

@@ -15,17 +15,18 @@ void sample_block_max_ref(const float *x, int nblk, float *bm) {
     }
 }
 
-double sample_exp_sum_ref(const float *x, int n, float m, float scale) {
+double sample_exp_sum_ref(const float *x, int n, float m, float temp) {
     double z = 0.0;
-    for (int i = 0; i < n; i++) z += (double)expf((x[i] - m) * scale);
+    for (int i = 0; i < n; i++) z += (double)expf((x[i] - m) / temp);
     return z;
 }
 
 sample_kernels sample_kernels_select(void) {
-    sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref};
+    sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref};
     if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) {
         k.block_max = sample_block_max_avx2;
         k.exp_sum = sample_exp_sum_avx2;
+        k.exp_sum_fast = sample_exp_sum_fast_avx2;
     }
     return k;
 }

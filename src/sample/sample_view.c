@@ -72,17 +72,17 @@ int32_t sample_view_argmax(const sample_view *v) {
     return 0; /* no block reaches the maximum: only with NaN logits */
 }
 
-double sample_view_exp_sum(const sample_view *v, const sample_kernels *k, float scale) {
+double sample_view_exp_sum(const sample_view *v, sample_exp_sum_fn fn, float temp) {
     double z = 0.0;
     for (int b = 0; b < v->nb;) {
         if (v->slot[b] >= 0) {
-            z += k->exp_sum(sample_view_block(v, b), SAMPLE_BLOCK, v->max, scale);
+            z += fn(sample_view_block(v, b), SAMPLE_BLOCK, v->max, temp);
             b++;
             continue;
         }
         int e = b + 1;
         while (e < v->nb && v->slot[e] < 0) e++;
-        z += k->exp_sum(v->logits + (size_t)b * SAMPLE_BLOCK, (e - b) * SAMPLE_BLOCK, v->max, scale);
+        z += fn(v->logits + (size_t)b * SAMPLE_BLOCK, (e - b) * SAMPLE_BLOCK, v->max, temp);
         b = e;
     }
     return z;
