@@ -12,9 +12,10 @@
  *     the cumulative mass reaches top-p, min-p's threshold is crossed, or the draw is decided. Top-p and
  *     the draw without cuts need the softmax's normalizer over the whole vocabulary: one vectorized pass.
  * The walk's arithmetic is the definition's (same expf, same float rounding of each probability, the
- * same double cumulative sums in the same order), so for the same seed the same ids come out; only the
- * normalizer of the whole vocabulary is summed in another order (and by the AVX2 exp), which can move a
- * top-p cut or a draw that falls within ~1e-7 of a boundary.
+ * same double cumulative sums in the same order), so for the same seed the same ids come out. The
+ * normalizer of the whole vocabulary is first summed with a fast exp (within SAMPLE_FAST_EXP_ERR); a cut or
+ * draw that falls within FAST_MARGIN of a boundary is walked again with the exact normalizer (expf's terms
+ * bit for bit), which differs from the definition's only in the order of its double additions.
  */
 #include <math.h>
 #include <stdlib.h>
