@@ -526,3 +526,31 @@ TEST(sample_survives_inf_and_nan_logits) {
         }
     }
 }
+
+TEST(sample_boundary_decisions_use_the_exact_normalizer) {
+    /* min-p without top-p decides on expf(logit - max) >= min_p, the definition on p >= p_max * min_p with
+     * p = expf(...) / Z: the two can disagree by an ulp right at the threshold, which is where the exact
+     * normalizer must take over. Ids whose expf(logit) straddles min_p ulp by ulp, plus filler for Z. */
+    const int n = 4000;
+    float *x = malloc((size_t)n * sizeof *x);
+    uint64_t rng = 17;
+    int diffs = 0, calls = 0;
+    for (int round = 0; round < 40; round++) {
+        const float min_p = 0.05f + 0.01f * (float)round;
+        x[0] = 0.0f;
+        float v = logf(min_p);
+        while (expf(v) >= min_p) v = nextafterf(v, -INFINITY);
+        for (int i = 1; i < 60; i++) { x[i] = v; v = nextafterf(v, INFINITY); } /* expf crosses min_p here */
+        for (int i = 60; i < n; i++) x[i] = logf(min_p) - 0.5f - fabsf(test_rand_normal(&rng)) * 3.0f;
+        kiln_sampler_params p = mkp(1.0f, 0, 1.0f, min_p);
+        p.seed = test_rand_u64(&rng);
+        kiln_sampler *a;
+        REQUIRE_OK(kiln_sampler_open(&p, n, &a));
+        ref_sampler *b = ref_sampler_open(&p, n);
+        for (int d = 0; d < 20; d++, calls++) diffs += kiln_sample(a, x) != ref_sample(b, x);
+        kiln_sampler_close(a);
+        ref_sampler_close(b);
+    }
+    CHECKF(diffs == 0, "%d of %d ids differ from the reference", diffs, calls);
+    free(x);
+}
