@@ -1,8 +1,8 @@
 /*
  * test_archs.c — the architectures against llama.cpp on the tiny random-weight models of
  * ../shared/models/archs: the reference's prompt and then its generated tokens are fed one by one (teacher
- * forcing) and every step's full logits are compared (CPU: qwen2, qwen3, llama with rope_freqs; CUDA: the
- * llama file). Also: RoPE scaling metadata (linear scaling checked against an independent double-precision
+ * forcing) and every step's full logits are compared (CPU and CUDA: qwen2, qwen3 and
+ * llama with rope_freqs). Also: RoPE scaling metadata (linear scaling checked against an independent double-precision
  * forward pass written here; YaRN and the rest refused naming the key) and tensors the model does not use
  * (a warning naming them; an error with a strict open).
  */
@@ -113,10 +113,11 @@ TEST(archs_cpu_teacher_forced_logits_match_llamacpp) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) teacher_forced(models[i], KILN_DEVICE_CPU, 0.9999);
 }
 
-/* The CUDA backend on the llama file with rope_freqs (qwen2/qwen3 are not supported on CUDA yet). */
-TEST(archs_cuda_teacher_forced_rope_freqs_matches_llamacpp) {
+/* The same on the CUDA backend (its Q/K/V post-processing kernel for the qwen biases, Q/K norm and NEOX RoPE). */
+TEST(archs_cuda_teacher_forced_logits_match_llamacpp) {
     if (!test_gpu_ready()) return;
-    teacher_forced("tiny-llama-rope-freqs", KILN_DEVICE_CUDA, 0.999);
+    static const char *models[] = {"tiny-llama-rope-freqs", "tiny-qwen2", "tiny-qwen3"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) teacher_forced(models[i], KILN_DEVICE_CUDA, 0.999);
 }
 
 /* ---- variants of a model file */

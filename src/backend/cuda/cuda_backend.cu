@@ -86,6 +86,7 @@ typedef struct cu_layer {
     dev_weight wqkv, wq, wk, wv, wo, wg, wu, wd;
     bool qkv_fused, gu_dual;
     float *attn_norm, *ffn_norm;
+    float *bqkv, *q_norm, *k_norm;   /* Q|K|V biases, per-head Q/K RMSNorm weights; NULL when absent */
 } cu_layer;
 
 typedef struct cuda_state {
@@ -122,6 +123,7 @@ typedef struct cuda_state {
 
     /* dimensions */
     int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad, n_split;
+    bool qkv_post;      /* biases, Q/K norm or NEOX RoPE: Q/K/V go through ck_qkv_post after their matmul */
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
@@ -365,6 +367,9 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
         D->wd = place_matrix(base, off, td, (int)L->w_down.ne[0], (int)L->w_down.ne[1]);
         D->attn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
         D->ffn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+        D->bqkv = L->bq.data ? (float *)carve(base, off, (size_t)(nq + nk + nv) * 4) : NULL;
+        D->q_norm = L->q_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
+        D->k_norm = L->k_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
     }
     return KILN_OK;
 }
@@ -450,12 +455,27 @@ static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row
     a.norm_w = L->attn_norm;
     a.eps = hp->rms_eps;
     a.epi = MV_EPI_QKV;
+    if (s->qkv_post) a.epi = MV_EPI_STORE, a.y = s->qkv + row_offset; /* ck_qkv_post does the rest */
     a.pos = s->params + 1;
     a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
     a.rope_freq = s->rope_freq;
     a.q_out = s->qkv;
     a.k_cache = s->kc + kv_off;
     a.v_cache = s->vc + kv_off;
+    return a;
+}
+
+/* The post-matmul work on n rows of s->qkv of layer il (pos_dev: the decode graph's position). */
+static qkv_post_args qkv_post(const cuda_state *s, int il, int pos0, const int *pos_dev) {
+    const kiln_hparams *hp = &s->m->hp;
+    const cu_layer *L = &s->layers[il];
+    const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+    qkv_post_args a = {
+        .qkv = s->qkv, .stride = s->NQKV, .pos0 = pos0, .pos_dev = pos_dev,
+        .nq = s->Q, .nk = s->KV, .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+        .bias = L->bqkv, .q_norm = L->q_norm, .k_norm = L->k_norm, .eps = hp->rms_eps, .rope_freq = s->rope_freq,
+        .k_cache = s->kc + kv_off, .v_cache = s->vc + kv_off, .kv_dim = s->KV,
+    };
     return a;
 }
 
@@ -525,6 +545,7 @@ static void launch_decode(cuda_state *s) {
             launch_mv(s, dec_qkv(s, il, L->wk, s->Q));
             launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV));
         }
+        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, s->params + 1), 1, st);
         ck_attention(dec_attn(s, il), s->n_split, 1, st);
         launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
         if (L->gu_dual) {
@@ -599,6 +620,7 @@ static kiln_status setup_persistent(cuda_state *s) {
     if (bps <= 0) why = "persistent kernel off";
     for (int il = 0; !why && il < hp->n_layer; il++)
         if (!s->layers[il].qkv_fused || !s->layers[il].gu_dual) why = "Q/K/V or gate/up of different types";
+    if (!why && s->qkv_post) why = "Q/K/V biases, Q/K norm or NEOX RoPE";
     if (!why && (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0) != cudaSuccess || !coop))
         why = "no cooperative launch";
     if (!why) {
@@ -658,8 +680,11 @@ static void launch_prefill(cuda_state *s, int n, int pos0, bool want_logits) {
             ck_gemm(L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, st);
             ck_gemm(L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, st);
         }
-        ck_rope_store(s->qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
-                      s->vc + kv_off, s->KV, st);
+        if (s->qkv_post)
+            ck_qkv_post(qkv_post(s, il, pos0, NULL), n, st);
+        else
+            ck_rope_store(s->qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
+                          s->vc + kv_off, s->KV, st);
         attn_args at;
         memset(&at, 0, sizeof at);
         at.q = s->qkv;
@@ -703,9 +728,6 @@ static void cuda_close(void *state) {
 
 static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
     const kiln_hparams *hp = &m->hp;
-    if (hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s (neox rope / qkv bias / qk-norm) is not supported "
-                         "by the CUDA backend yet", hp->arch);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
                          hp->n_head_kv, CK_ATT_MAX_G);
@@ -786,6 +808,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     {
         const kiln_hparams *hp = &m->hp;
         s->E = hp->n_embd, s->Q = hp->n_head * hp->head_dim, s->KV = hp->n_head_kv * hp->head_dim, s->F = hp->n_ff;
+        s->qkv_post = hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm;
         s->V = hp->n_vocab, s->NQKV = s->Q + 2 * s->KV;
         s->Epad = (int)align_up((size_t)s->E, 32), s->Qpad = (int)align_up((size_t)s->Q, 32);
         s->Fpad = (int)align_up((size_t)s->F, 32);
@@ -855,6 +878,13 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             OPEN_TRY(upload_matrix(s, &L->w_down, &D->wd, 0));
             OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
             OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
+            if (D->bqkv) {
+                OPEN_TRY(upload_vector(s, &L->bq, D->bqkv));
+                OPEN_TRY(upload_vector(s, &L->bk, D->bqkv + s->Q));
+                OPEN_TRY(upload_vector(s, &L->bv, D->bqkv + s->Q + s->KV));
+            }
+            if (D->q_norm) OPEN_TRY(upload_vector(s, &L->q_norm, D->q_norm));
+            if (D->k_norm) OPEN_TRY(upload_vector(s, &L->k_norm, D->k_norm));
         }
         /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them),
          * with the model's frequency divisors (rope_freqs) and linear scaling folded in: every RoPE site
