@@ -129,7 +129,8 @@ typedef struct kiln_session kiln_session;
 /* Opens a session: picks the backend, allocates and touches every buffer for n_seq sequences of n_ctx
  * positions, prepares the weights, loads every kernel, runs a warm pass over the batch shapes (a mixed
  * prefill + decode step, decode steps of 1, 2, 4, ... sequences), then resets KV cache and counters.
- * n_seq > 1 is not implemented on the CUDA backend yet (KILN_ERR_UNSUPPORTED; auto picks the CPU).
+ * On CUDA, one row runs its sequence's captured decode graph (one graph per sequence); larger batches run
+ * eagerly through kernels loaded at open.
  * Sessions are independent: two of them (one model or two) may run at once from different threads; one
  * session is used by one thread at a time. Every session call given a NULL session returns
  * KILN_ERR_INVALID_ARG; the getters return 0 (kiln_session_n_past and kiln_seq_n_past -1, backend "") and
