@@ -4,6 +4,7 @@
  *   KILN_THREADS  default thread count (default: online cores)
  *   KILN_SHARED   the shared test-data folder (tests only; default ../shared)
  *   KILN_NO_SIMD  1: use the scalar reference kernels everywhere
+ *   KILN_API_KEY  kiln serve: the key clients must send as Authorization: Bearer (default: none)
  */
 #ifndef KILN_BASE_ENV_H
 #define KILN_BASE_ENV_H
@@ -14,6 +15,7 @@ int kiln_env_log_level(void);
 int kiln_env_threads(void);          /* 0 when unset */
 const char *kiln_env_shared(void);   /* never NULL */
 bool kiln_env_no_simd(void);
+const char *kiln_env_api_key(void);  /* NULL when unset or empty */
 
 /* Prints every knob with its current value (for `kiln info`). */
 void kiln_env_print(void);

@@ -91,7 +91,7 @@ static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_sessio
 
 static double ms(uint64_t ns) { return ns / 1e6; }
 
-static void print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns) {
+void run_print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns) {
     fprintf(f, "open %.1f ms (", ms(open_ns));
     for (size_t i = 0; i < n; i++) {
         const char *name = strncmp(ph[i].name, "open.", 5) ? ph[i].name : ph[i].name + 5;
@@ -216,7 +216,7 @@ int run_generate(const run_setup *s) {
         print_json(s, sess, &mi, ph, n_ph, open_ns, rs, s->rounds, &base);
     } else {
         FILE *f = stderr;
-        print_open(f, ph, n_ph, open_ns);
+        run_print_open(f, ph, n_ph, open_ns);
         for (int i = 0; i < s->rounds; i++) {
             fprintf(f, s->rounds > 1 ? "\nround %d: " : " · ", i + 1);
             print_round(f, &rs[i]);

@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "kiln.h"
 
@@ -24,5 +26,7 @@ typedef struct run_setup {
 /* Opens the model and a session, generates `rounds` times (KV reset between rounds), streams the text
  * of each round to stdout (unless json/quiet) and prints the timings to stderr. Returns an exit code. */
 int run_generate(const run_setup *s);
+/* Prints "open X ms (map ..., parse ..., ...)" (no newline). */
+void run_print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns);
 
 #endif
