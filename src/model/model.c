@@ -180,6 +180,7 @@ static kiln_status bind_model(kiln_model *m) {
 }
 
 kiln_status kiln_model_open(const char *path, kiln_model **out) {
+    if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: out is NULL");
     *out = NULL;
     if (!path) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_model_open: path is NULL");
     kiln_model *m = kiln_calloc(1, sizeof *m);
@@ -229,7 +230,13 @@ void kiln_model_close(kiln_model *m) {
 }
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *out) {
+    if (!out) return;
     memset(out, 0, sizeof *out);
+    if (!m) { /* the neutral answer for no model */
+        out->arch = out->name = "";
+        out->bos_id = out->eos_id = -1;
+        return;
+    }
     const kiln_hparams *hp = &m->hp;
     out->arch = hp->arch;
     out->name = m->name;
