@@ -22,11 +22,14 @@ ASAN_CFLAGS := $(BASEFLAGS) -O1 -g -fno-omit-frame-pointer -fsanitize=address,un
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
 LDLIBS := -lpcre2-8 -ljansson -lm -lpthread
+# the CLI only (kiln chat's line editing); chat_input.c builds without it when the header is missing
+EDIT_LDLIBS ?= $(if $(wildcard /usr/include/editline/readline.h),-ledit)
+# the CLI only: kiln serve's HTTP (src/server)
 CLI_LDLIBS := -lmicrohttpd
 # per-file ISA flags: *_avx2.c and *_avx512.c are compiled for those ISAs and dispatched at run time
 isa_flags = $(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(if $(findstring _avx2,$<),$(AVX2_FLAGS)))
 
-LIB_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c src/model/*.c src/tokenizer/*.c \
+LIB_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c src/model/*.c src/tokenizer/*.c src/chat/*.c \
              src/sample/*.c src/session/*.c src/backend/cpu/*.c src/tools/*.c))
 # the server (src/server) is part of the CLI, not of libkiln
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
@@ -73,7 +76,7 @@ libkiln.so: $(REL_OBJ)
 	$(CC) -shared -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS)
 
 kiln: $(CLI_REL_OBJ) libkiln.a
-	$(CC) -pthread -o $@ $(CLI_REL_OBJ) libkiln.a $(CUDA_LDLIBS) $(LDLIBS) $(CLI_LDLIBS)
+	$(CC) -pthread -o $@ $(CLI_REL_OBJ) libkiln.a $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
 # always rewritten, so that `make install PREFIX=...` records that prefix
 kiln.pc:
@@ -95,10 +98,10 @@ run: all
 TEST_WRAP := -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc -Wl,--wrap=posix_memalign \
              -Wl,--wrap=aligned_alloc -Wl,--wrap=strdup -Wl,--wrap=strndup
 build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(CLI_ASAN_NOMAIN)
-	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(CLI_LDLIBS)
+	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 build/asan/kiln: $(CLI_ASAN_OBJ) $(ASAN_OBJ)
-	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(CLI_LDLIBS)
+	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
 test-build: build/asan/kiln_tests build/asan/kiln kiln
 

@@ -1,12 +1,13 @@
 #!/bin/sh
 # Installs the Debian packages kiln builds against, when they are missing (needs root and apt).
-# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libmicrohttpd-dev
-# (kiln serve's HTTP).
+# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
+# (line editing in `kiln chat`), libmicrohttpd-dev (kiln serve's HTTP).
 # Tests: python3-jinja2 (chat-template reference), clang + libclang-rt (libFuzzer), when available.
 set -e
 need=""
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
+[ -f /usr/include/editline/readline.h ] || need="$need libedit-dev"
 [ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"

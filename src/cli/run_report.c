@@ -171,13 +171,10 @@ int run_generate(const run_setup *s) {
         chat_prompt cp;
         if (!chat_prompt_open("run", m, s->chat_template, &cp)) goto done;
         kiln_chat_message msgs[2];
-        size_t nm = 0, len;
+        size_t nm = 0;
         if (s->system) msgs[nm++] = (kiln_chat_message){"system", s->system};
         msgs[nm++] = (kiln_chat_message){"user", s->prompt};
-        char *text = NULL;
-        bool ok = chat_prompt_render("run", &cp, msgs, nm, &text, &len) &&
-                  chat_prompt_tokenize("run", m, &cp, text, len, &ids, &n_ids);
-        free(text);
+        bool ok = chat_prompt_tokens("run", &cp, msgs, nm, &ids, &n_ids);
         chat_prompt_close(&cp);
         if (!ok) goto done;
     } else {
