@@ -18,6 +18,27 @@
 
 #include "test.h"
 
+/* A whole small file, NULL when it does not exist (yet); never fails the test. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    while (b) {
+        size_t k = fread(b + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) break;
+        if (cap - n < 2) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) { free(b); b = NULL; }
+            else b = nb;
+        }
+    }
+    fclose(f);
+    if (b) b[n] = '\0';
+    return b;
+}
+
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -39,7 +60,7 @@ bool ts_start(test_server *s, const char *model, const char *args, const char *e
     }
     s->pid = pid;
     for (int i = 0; i < 3000; i++) { /* 60 s */
-        char *log = test_read_file(s->log, NULL);
+        char *log = slurp(s->log);
         const char *p = log ? strstr(log, "listening on http://127.0.0.1:") : NULL;
         if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
         free(log);
@@ -47,7 +68,7 @@ bool ts_start(test_server *s, const char *model, const char *args, const char *e
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             s->pid = 0;
-            char *l = test_read_file(s->log, NULL);
+            char *l = slurp(s->log);
             test_failf(__FILE__, __LINE__, "kiln serve exited before listening:\n%s", l ? l : "");
             free(l);
             return false;
@@ -87,7 +108,7 @@ int ts_stop(test_server *s) {
         test_failf(__FILE__, __LINE__, "kiln serve did not stop within 20 s of SIGTERM");
     }
     s->pid = 0;
-    char *log = test_read_file(s->log, NULL);
+    char *log = slurp(s->log);
     CHECKF(log && !strstr(log, "AddressSanitizer") && !strstr(log, "LeakSanitizer") && !strstr(log, "runtime error"),
            "sanitizer report in the server's log:\n%s", log ? log : "(no log)");
     free(log);
@@ -97,7 +118,7 @@ int ts_stop(test_server *s) {
 long ts_rss_kib(const test_server *s) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/status", (int)s->pid);
-    char *st = test_read_file(path, NULL);
+    char *st = slurp(path);
     const char *p = st ? strstr(st, "VmRSS:") : NULL;
     long v = p ? atol(p + 6) : -1;
     free(st);

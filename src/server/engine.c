@@ -340,7 +340,7 @@ int engine_submit(srv *S, srv_job *j) {
     pthread_mutex_lock(&S->mu);
     int rc = 0;
     if (atomic_load(&S->state) != SRV_READY || S->stop_engine) rc = 2;
-    else if (S->q_len >= S->cfg.max_queue) rc = 1;
+    else if (S->q_len + S->slots_busy >= S->cfg.max_queue + S->n_seq) rc = 1; /* no free slot, queue full */
     else {
         job_ref(j);
         j->t_queued = srv_now_ns();
