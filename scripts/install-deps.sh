@@ -2,7 +2,9 @@
 # Installs the Debian packages kiln builds against, when they are missing (needs root and apt).
 # Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
 # (line editing in `kiln chat`), libmicrohttpd-dev (kiln serve's HTTP).
-# Tests: python3-jinja2 (chat-template reference), clang + libclang-rt (libFuzzer), when available.
+# Tests: python3-jinja2 (chat-template reference), clang + libclang-rt (libFuzzer), when available;
+# for kiln serve's tests chromium, node + npm, and the npm packages of tests/server/package.json (the official
+# openai client, puppeteer-core) into tests/server/node_modules (ignored by git).
 set -e
 need=""
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
@@ -15,12 +17,23 @@ command -v cc >/dev/null 2>&1 || need="$need gcc"
 if ! python3 -c 'import jinja2' >/dev/null 2>&1 && ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then
     need="$need python3-jinja2"
 fi
+[ -x /usr/bin/chromium ] || need="$need chromium"
+command -v node >/dev/null 2>&1 || need="$need nodejs"
+command -v npm >/dev/null 2>&1 || need="$need npm"
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 if [ -n "$need" ]; then
     echo "kiln: installing build dependencies:$need"
     $SUDO apt-get update -qq >/dev/null
     $SUDO apt-get install -y -qq $need >/dev/null
+fi
+# kiln serve's test clients (pinned by tests/server/package-lock.json); puppeteer-core drives /usr/bin/chromium
+srv_tests="$(dirname "$0")/../tests/server"
+if command -v npm >/dev/null 2>&1 && { [ ! -f "$srv_tests/node_modules/openai/package.json" ] ||
+                                       [ ! -f "$srv_tests/node_modules/puppeteer-core/package.json" ]; }; then
+    echo "kiln: installing the server tests' npm packages into tests/server/node_modules"
+    npm ci --prefix "$srv_tests" --no-audit --no-fund --loglevel=error >/dev/null ||
+        echo "kiln: npm ci failed; the server tests that use the openai client and Chromium will fail"
 fi
 # Optional: the libFuzzer runtime for `make fuzz`, only where clang exists; never fails the script.
 if command -v clang >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then

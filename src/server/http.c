@@ -196,7 +196,7 @@ static struct MHD_Daemon *listen_on(srv *S) {
         fprintf(stderr, "kiln serve: --host %s: %s\n", S->cfg.host, gai_strerror(rc));
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)S->cfg.port, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
