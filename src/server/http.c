@@ -40,7 +40,7 @@ enum MHD_Result http_text(srv *S, req_ctx *c, struct MHD_Connection *conn, int s
 }
 
 enum MHD_Result http_json(srv *S, req_ctx *c, struct MHD_Connection *conn, int status, json_t *j) {
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(7)) : NULL;
     json_decref(j);
     if (!s) return http_text(S, c, conn, 500, "application/json",
                              "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",

@@ -142,7 +142,7 @@ static bool stage_add(srv_job *j, const char *s, size_t n) {
 
 /* "data: {json}\n\n" (steals ev) */
 static bool stage_event(srv_job *j, json_t *ev) {
-    char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    char *s = ev ? json_dumps(ev, JSON_COMPACT | JSON_REAL_PRECISION(7)) : NULL;
     json_decref(ev);
     if (!s) return false;
     bool ok = stage_add(j, "data: ", 6) && stage_add(j, s, strlen(s)) && stage_add(j, "\n\n", 2);
