@@ -8,13 +8,15 @@
 2. Throughput: 1, 4 and 16 concurrent streaming clients (a server with 16 slots), each sending requests of
    PROMPT_LEN ids and GEN_LEN generated tokens: aggregate generated tokens/s and TTFT p50 / p99.
 
-usage: serve_bench.py --kiln ./kiln [--llama-server PATH] --model M.gguf [--threads 2] [--runs 5] [--device cpu]
+usage: serve_bench.py --kiln ./kiln [--llama-server 'PATH [SUBCOMMAND]'] --model M.gguf [--threads 2] [--runs 5]
+       [--device cpu|cuda]
 """
 import argparse
 import http.client
 import json
 import os
 import random
+import shlex
 import signal
 import socket
 import statistics
@@ -39,7 +41,7 @@ class Server:
             cmd = [binary, "serve", "-m", model, "--port", str(self.port), "--threads", str(threads),
                    "--parallel", str(slots), "--ctx", str(ctx), "--device", device]
         else:
-            cmd = [binary, "-m", model, "--port", str(self.port), "-t", str(threads), "-np", str(slots),
+            cmd = shlex.split(binary) + ["-m", model, "--port", str(self.port), "-t", str(threads), "-np", str(slots),
                    "-c", str(ctx * slots), "--host", "127.0.0.1"]
             if device == "cuda":
                 cmd += ["-ngl", "99"]

@@ -155,6 +155,16 @@ TEST(server_errors_have_status_and_openai_shape) {
     body[big] = '\0';
     check_error(s.port, "POST", "/v1/completions", AUTH, body, 413, "invalid_request_error", "request_too_large", NULL);
     free(body);
+    /* a client that waits for 100-continue gets the 413 before it sends its 10 MB */
+    int fd = http_connect(s.port);
+    REQUIRE(fd >= 0);
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length: 10485760\r\n"
+                       "Expect: 100-continue\r\n\r\n";
+    REQUIRE(http_send_all(fd, head, strlen(head)));
+    char ans[512] = "";
+    ssize_t k = recv(fd, ans, sizeof ans - 1, 0);
+    CHECKF(k > 12 && !strncmp(ans, "HTTP/1.1 413", 12), "Expect: 100-continue with 10 MB: %s", ans);
+    close(fd);
     /* the exempt routes and a served request with the key */
     http_resp r;
     REQUIRE(http_get(s.port, "/health", &r));
@@ -344,6 +354,36 @@ TEST(server_metrics_are_prometheus_text) {
            strstr(r.body, "kiln_slots_total 2\n"),
            "missing or wrong samples:\n%s", r.body);
     http_resp_free(&r);
+    CHECK_EQ_INT(ts_stop(&s), 0);
+}
+
+TEST(server_tokenize_and_detokenize_round_trip) {
+    const char *model = test_shared(TINY);
+    test_server s;
+    REQUIRE(ts_start(&s, model, "--parallel 1 --threads 1", NULL));
+    REQUIRE(ts_wait_ready(&s, 60000));
+    char cmd[1024], *want = NULL;
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p 'Once upon a time, Lily' --ids --no-bos", test_kiln_bin(), model);
+    REQUIRE(test_run_cmd(cmd, &want) == 0 && want);
+    json_t *ids = json_loads(want, 0, NULL);
+    http_resp r;
+    REQUIRE(http_post(s.port, "/tokenize", "{\"content\":\"Once upon a time, Lily\"}", &r));
+    json_t *j = json_loads(r.body, 0, NULL);
+    CHECKF(r.status == 200 && json_equal(json_object_get(j, "tokens"), ids), "/tokenize %s, kiln tokenize %s", r.body, want);
+    http_resp_free(&r);
+    json_t *req = json_pack("{s:O}", "tokens", ids);
+    char *body = json_dumps(req, 0);
+    json_decref(req);
+    REQUIRE(http_post(s.port, "/detokenize", body, &r));
+    json_t *d = json_loads(r.body, 0, NULL);
+    const char *text = json_string_value(json_object_get(d, "content"));
+    CHECKF(r.status == 200 && text && strstr(text, "Once upon a time, Lily") && strlen(text) <= 23, "/detokenize: %s", r.body);
+    http_resp_free(&r);
+    json_decref(d);
+    free(body);
+    json_decref(j);
+    json_decref(ids);
+    free(want);
     CHECK_EQ_INT(ts_stop(&s), 0);
 }
 

@@ -26,6 +26,7 @@ static enum MHD_Result queue(srv *S, req_ctx *c, struct MHD_Connection *conn, in
     if (status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, r);
+    c->answered = true;
     MHD_destroy_response(r);
     metrics_request(&S->metrics, c->route, status);
     return rc;
@@ -155,6 +156,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (c->answered && !c->job) { *upload_size = 0; return MHD_YES; }
     if (*upload_size) {
         bool ok = body_append(c, upload_data, *upload_size, S->cfg.max_body);
         *upload_size = 0;

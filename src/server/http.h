@@ -14,6 +14,7 @@ typedef struct req_ctx {
     char *body;
     size_t len, cap;
     bool too_big;
+    bool answered;              /* a response is queued (an early 413): later calls only drain */
     size_t discarded;
     int route;                  /* SRV_ROUTE_* for the metrics */
     srv_job *job;
