@@ -248,8 +248,15 @@ enum MHD_Result api_handle(srv *S, req_ctx *c, struct MHD_Connection *conn, cons
         c->route = routes[i].id;
         if (!strcmp(method, routes[i].method)) r = &routes[i];
     }
-    if (!path_known) return fail(S, c, conn, 404, "invalid_request_error", "not_found", "no such route");
-    if (!r) return fail(S, c, conn, 405, "invalid_request_error", "method_not_allowed", "method not allowed on this route");
+    srv_error e;
+    if (!path_known) {
+        srv_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route %s %.200s", method, url);
+        return http_error(S, c, conn, &e);
+    }
+    if (!r) {
+        srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s is not allowed on %.200s", method, url);
+        return http_error(S, c, conn, &e);
+    }
     if (r->auth && !authorized(S, conn))
         return fail(S, c, conn, 401, "authentication_error", "invalid_api_key",
                     "missing or wrong API key (send Authorization: Bearer KEY)");
