@@ -59,6 +59,8 @@ TOOLS_SRC := $(sort $(wildcard src/tools/*.c))
 CLI_SRC := $(sort $(wildcard src/cli/*.c src/server/*.c))
 # the CLI only (kiln chat's line editing); chat_input.c builds without it when the header is missing
 EDIT_LDLIBS ?= $(if $(wildcard /usr/include/editline/readline.h),-ledit)
+# the CLI only: kiln serve's HTTP (src/server)
+CLI_LDLIBS := -lmicrohttpd
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
@@ -144,7 +146,7 @@ libkiln.so: $(SONAME)
 	ln -sf $(SONAME) $@
 
 kiln: $(CLI_REL_OBJ) build/libkiln-tools.a $(REL_OBJ)
-	$(CC) -pthread $(LDFLAGS) -o $@ $(CLI_REL_OBJ) build/libkiln-tools.a $(REL_OBJ) $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS)
+	$(CC) -pthread $(LDFLAGS) -o $@ $(CLI_REL_OBJ) build/libkiln-tools.a $(REL_OBJ) $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
 # always rewritten, so that `make install PREFIX=...` records that prefix
 kiln.pc:
@@ -184,10 +186,10 @@ cross-aarch64: $(CROSS_OBJ)
 TEST_WRAP := -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc -Wl,--wrap=posix_memalign \
              -Wl,--wrap=aligned_alloc -Wl,--wrap=strdup -Wl,--wrap=strndup
 build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(CLI_ASAN_NOMAIN)
-	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) -lutil
+	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 build/asan/kiln: $(CLI_ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(ASAN_OBJ)
-	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS)
+	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
 test-build: build/asan/kiln_tests build/asan/kiln build $(if $(CROSS_CC_FOUND),cross-aarch64)
 

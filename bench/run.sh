@@ -3,7 +3,8 @@
 # internal names (build/libkiln-internal.a, and the tools archive; KILN_BENCH_LIBS from make) at -O2 into
 # build/bench/ and runs each in turn (no arguments; KILN_SHARED points at the shared data). Results are
 # copied into bench/RESULTS.md by hand, with the command, the machine and the date.
-# Usage: sh bench/run.sh [NAME ...]   (NAME: a bench program without .c, e.g. gguf_open; default: all)
+# Usage: sh bench/run.sh [NAME ...]   (NAME: a bench program without .c, e.g. gguf_open, or serve for
+# bench/serve_bench.py; default: all. KILN_LLAMA_SERVER=path adds llama-server to the serve comparison)
 set -e
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
@@ -14,6 +15,7 @@ mkdir -p build/bench
 if [ $# -gt 0 ]; then names="$*"; else names=$(ls bench/*.c | sed 's|bench/||; s|\.c$||'); fi
 status=0
 for name in $names; do
+    [ "$name" = serve ] && continue
     src="bench/$name.c"
     exe="build/bench/$name"
     [ -f "$src" ] || { echo "bench: no $src" >&2; status=1; continue; }
@@ -22,4 +24,12 @@ for name in $names; do
     "$exe" || status=1
     echo
 done
+# kiln serve measured from a client (bench/serve_bench.py) on a real-shaped model that kiln mkmodel writes
+if [ $# -eq 0 ] || [ "$*" = serve ]; then
+    m=build/bench/smollm2-135m-q8_0.gguf
+    [ -f "$m" ] || ./kiln mkmodel --shape smollm2-135m --type q8_0 \
+        --vocab "$KILN_SHARED/models/tokenizers/smollm2-135m-instruct" -o "$m" >/dev/null
+    echo "== serve ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores)"
+    python3 bench/serve_bench.py --kiln ./kiln --model "$m" --threads 1 ${KILN_LLAMA_SERVER:+--llama-server "$KILN_LLAMA_SERVER"} || status=1
+fi
 exit $status

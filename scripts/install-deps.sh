@@ -3,9 +3,11 @@
 # Run by `make run` / `make bench` (build packages) and, with --test, by `make test` / `make fuzz`; never by
 # plain `make` or `make install`.
 # Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
-# (line editing in `kiln chat`).
+# (line editing in `kiln chat`), libmicrohttpd-dev (kiln serve's HTTP).
 # --test adds: python3-jinja2 (chat-template reference), gcc-aarch64-linux-gnu (the cross-compile check),
-# and clang's libFuzzer runtime where clang exists (optional).
+# chromium, node + npm and the npm packages of tests/server/package.json (the official openai client,
+# puppeteer-core) into tests/server/node_modules (ignored by git), and clang's libFuzzer runtime where clang
+# exists (optional).
 set -e
 tests=no
 [ "$1" = "--test" ] && tests=yes
@@ -13,6 +15,7 @@ need=""
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
 [ -f /usr/include/editline/readline.h ] || need="$need libedit-dev"
+[ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"
 if [ $tests = yes ]; then
@@ -22,6 +25,10 @@ if [ $tests = yes ]; then
     fi
     # `make cross-aarch64` (part of make test): the portable kernels compile and link for arm64
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
+    # kiln serve's tests: the official openai client (Node) and the chat page in headless Chromium
+    [ -x /usr/bin/chromium ] || need="$need chromium"
+    command -v node >/dev/null 2>&1 || need="$need nodejs"
+    command -v npm >/dev/null 2>&1 || need="$need npm"
 fi
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
@@ -29,6 +36,14 @@ if [ -n "$need" ]; then
     echo "kiln: installing build dependencies:$need"
     $SUDO apt-get update -qq >/dev/null
     $SUDO apt-get install -y -qq $need >/dev/null
+fi
+# kiln serve's test clients (pinned by tests/server/package-lock.json); puppeteer-core drives /usr/bin/chromium
+srv_tests="$(dirname "$0")/../tests/server"
+if [ $tests = yes ] && command -v npm >/dev/null 2>&1 && { [ ! -f "$srv_tests/node_modules/openai/package.json" ] ||
+                                       [ ! -f "$srv_tests/node_modules/puppeteer-core/package.json" ]; }; then
+    echo "kiln: installing the server tests' npm packages into tests/server/node_modules"
+    npm ci --prefix "$srv_tests" --no-audit --no-fund --loglevel=error >/dev/null ||
+        echo "kiln: npm ci failed; the server tests that use the openai client and Chromium will fail"
 fi
 # Optional: the libFuzzer runtime for `make fuzz`, only where clang exists; never fails the script.
 if [ $tests = yes ] && command -v clang >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then

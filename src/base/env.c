@@ -13,6 +13,7 @@ static const struct { const char *name, *help; } knobs[] = {
     {"KILN_THREADS", "default CPU thread count (default: online cores)"},
     {"KILN_SHARED", "shared test data folder (tests; default ../shared)"},
     {"KILN_NO_SIMD", "1: scalar reference kernels only"},
+    {"KILN_API_KEY", "kiln serve: the API key clients must send (default: none)"},
 };
 
 /* The knob's value, NULL when unset or empty. */
@@ -67,9 +68,15 @@ bool kiln_env_no_simd(void) {
     return false;
 }
 
+const char *kiln_env_api_key(void) {
+    const char *v = getenv("KILN_API_KEY");
+    return v && *v ? v : NULL;
+}
+
 void kiln_env_print(void) {
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
         const char *v = getenv(knobs[i].name);
+        if (v && !strcmp(knobs[i].name, "KILN_API_KEY")) v = "(set)"; /* never print the secret */
         printf("  %-14s %-10s %s\n", knobs[i].name, v ? v : "(unset)", knobs[i].help);
     }
 }

@@ -18,6 +18,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Prints "kiln CMD: message" to stderr and returns 1 (usage errors return 2 through cli_usage_error). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,6 +15,7 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
     {"mkmodel", cmd_mkmodel, "write a real-shaped model with random weights"},
     {"bench", cmd_bench, "measure open, prefill and decode"},
     {"info", cmd_info, "print build, CPU and GPU facts"},
+    {"serve", cmd_serve, "serve the model over HTTP (OpenAI's API, a chat page)"},
 };
 
 static void usage(FILE *f) {

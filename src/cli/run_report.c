@@ -98,7 +98,7 @@ static void print_ids(const char *key, const int32_t *ids, size_t n) {
     putchar(']');
 }
 
-static void print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns) {
+void run_print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns) {
     fprintf(f, "open %.1f ms (", ms(open_ns));
     for (size_t i = 0; i < n; i++) {
         const char *name = strncmp(ph[i].name, "open.", 5) ? ph[i].name : ph[i].name + 5;
@@ -230,7 +230,7 @@ int run_generate(const run_setup *s) {
         if (fflush(stdout) != 0) { cli_error("run", "cannot write the output: %s", strerror(errno)); goto done; }
     } else {
         FILE *f = stderr;
-        print_open(f, ph, n_ph, open_ns);
+        run_print_open(f, ph, n_ph, open_ns);
         for (int i = 0; i < s->rounds; i++) {
             fprintf(f, s->rounds > 1 ? "\nround %d: " : " · ", i + 1);
             print_round(f, &rs[i]);

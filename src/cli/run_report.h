@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "kiln.h"
 
@@ -28,5 +30,7 @@ typedef struct run_setup {
  * on stdout, the prompt's and each round's generated token ids included). A failed write of stdout stops
  * the run with a message. Returns an exit code. */
 int run_generate(const run_setup *s);
+/* Prints "open X ms (map ..., parse ..., ...)" (no newline). */
+void run_print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns);
 
 #endif

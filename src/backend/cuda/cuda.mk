@@ -78,7 +78,7 @@ build/cudatest/%.o: %.c
 	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) $(isa_flags) -c $< -o $@
 
 build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ)
-	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) -lutil
+	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 .PHONY: test-cuda bench-cuda
 test-cuda: build/cuda/kiln_tests_cuda kiln
