@@ -23,7 +23,7 @@
 
 /* One backend forward of tokens ids[0..n) of sequence 0 at positions pos..: logits (may be NULL) and argmax
  * (may be NULL) of the last one, through the batch interface. */
-static kiln_status bk_forward(const kiln_backend_ops *ops, void *state, const kiln_model *m, const int32_t *ids, int n,
+__attribute__((unused)) static kiln_status bk_forward(const kiln_backend_ops *ops, void *state, const kiln_model *m, const int32_t *ids, int n,
                               int pos, float *logits, int32_t *argmax) {
     kiln_backend_row *rows = malloc(sizeof *rows * (size_t)n);
     float *scratch = logits ? NULL : malloc(sizeof(float) * (size_t)m->hp.n_vocab);

@@ -26,7 +26,9 @@
 static volatile sig_atomic_t g_sigint;
 static struct sigaction g_old;
 static bool g_tty;
+#ifdef CHAT_HAVE_EDITLINE
 static size_t g_typed;   /* bytes read on the current line (terminal) */
+#endif
 
 static void on_sigint(int sig) {
     (void)sig;
