@@ -70,6 +70,7 @@ typedef struct kiln_model_info {
     bool add_bos;
 } kiln_model_info;
 
+/* With m NULL: zeros, arch and name "", bos_id and eos_id -1. */
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *out);
 
 /* ---------------------------------------------------------------- tokenizer */
@@ -97,7 +98,8 @@ typedef struct kiln_detok {
 void kiln_detok_init(kiln_detok *d, const kiln_model *m, bool strip_leading_space);
 /* Appends the text of id to buf (cap bytes); returns the number of bytes written (complete chars only). */
 size_t kiln_detok_push(kiln_detok *d, int32_t id, char *buf, size_t cap);
-/* Flushes whatever is pending (invalid UTF-8 is replaced by U+FFFD). */
+/* Flushes whatever is pending (invalid UTF-8 is replaced by U+FFFD). A NULL d (or buf with cap > 0)
+ * writes nothing and returns 0; kiln_detok_init(NULL, ...) does nothing. */
 size_t kiln_detok_flush(kiln_detok *d, char *buf, size_t cap);
 
 bool kiln_token_is_eog(const kiln_model *m, int32_t id);
@@ -113,12 +115,25 @@ typedef struct kiln_session_options {
     int n_seq;        /* independent sequences (slots), each with its own KV region of n_ctx; 0: 1; at most 256 */
     kiln_device device;
     bool no_warm;     /* skip the warm pass (for measuring what it buys; never the default) */
+    /* Experimental CUDA paths (ignored on the CPU; may change between versions):
+     * cuda_persistent: the decode step as one launch of the persistent kernel with at most 1 or 2 blocks per
+     * SM (0: kernel by kernel, the default; open falls back to it where the persistent kernel cannot run);
+     * cuda_no_graph: launch the decode step's kernels eagerly instead of replaying the captured graph;
+     * cuda_no_pdl: no programmatic dependent launch between kernels (sm_90+). */
+    int cuda_persistent;
+    bool cuda_no_graph, cuda_no_pdl;
 } kiln_session_options;
 
 typedef struct kiln_session kiln_session;
 
-/* Opens a session: picks the backend, allocates and touches every buffer for n_ctx, prepares the weights,
- * loads every kernel, runs a warm pass over prefill and decode, then resets KV cache and counters. */
+/* Opens a session: picks the backend, allocates and touches every buffer for n_seq sequences of n_ctx
+ * positions, prepares the weights, loads every kernel, runs a warm pass over the batch shapes (a mixed
+ * prefill + decode step, decode steps of 1, 2, 4, ... sequences), then resets KV cache and counters.
+ * n_seq > 1 is not implemented on the CUDA backend yet (KILN_ERR_UNSUPPORTED; auto picks the CPU).
+ * Sessions are independent: two of them (one model or two) may run at once from different threads; one
+ * session is used by one thread at a time. Every session call given a NULL session returns
+ * KILN_ERR_INVALID_ARG; the getters return 0 (kiln_session_n_past and kiln_seq_n_past -1, backend "") and
+ * kiln_session_reset / kiln_session_close do nothing. */
 kiln_status kiln_session_open(kiln_model *m, const kiln_session_options *opt, kiln_session **out);
 void kiln_session_close(kiln_session *s);
 
@@ -183,14 +198,15 @@ kiln_status kiln_decode_greedy(kiln_session *s, int32_t id, int32_t *next);
 /* Keeps the first n positions and forgets the rest (n <= kiln_session_n_past), e.g. to reuse the common
  * prefix of a re-rendered chat prompt. */
 kiln_status kiln_session_rewind(kiln_session *s, int n);
-/* Forgets every position (the KV cache is reused, nothing is freed). */
+/* Forgets every position of sequence 0 (the KV cache is reused, nothing is freed). */
 void kiln_session_reset(kiln_session *s);
 int kiln_session_n_past(const kiln_session *s);
 int kiln_session_n_ctx(const kiln_session *s);
 int kiln_session_n_threads(const kiln_session *s);
 const char *kiln_session_backend(const kiln_session *s);
 
-/* Counters since the end of kiln_session_open (the first-call contract: all stay 0). */
+/* Counters of what happened inside this session's own calls since the end of kiln_session_open (the
+ * first-call contract: all stay 0); what the caller does between them (tokenize, a sampler) is not counted. */
 typedef struct kiln_stats {
     uint64_t host_allocs;      /* heap allocations by kiln */
     uint64_t device_allocs;    /* device memory allocations */
@@ -225,7 +241,8 @@ kiln_sampler_params kiln_sampler_defaults(void);
 
 kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out);
 void kiln_sampler_close(kiln_sampler *s);
-/* Picks the next id from logits (n_vocab floats); does not allocate. */
+/* Picks the next id from logits (n_vocab floats); does not allocate. -1 when s or logits is NULL
+ * (kiln_sampler_accept / reset / close with a NULL sampler do nothing). */
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
 /* Records an id in the repetition window (prompt and generated tokens). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);

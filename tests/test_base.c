@@ -1,6 +1,7 @@
 /* test_base.c — the base layer: errors, phases, thread pool, counted allocation. */
 #include "test.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -61,4 +62,55 @@ TEST(base_counted_allocs_are_counted) {
     CHECK_EQ_INT(b.host_allocs - a.host_allocs, 1);
     CHECK(test_heap_calls() > h0);
     kiln_free(p);
+}
+
+/* The counter sink is per thread: thread 1 enters sink A, then thread 2 enters sink B and allocates, then
+ * thread 1 allocates; each sink holds exactly its own thread's allocation (a process-wide sink would give
+ * B both). Leaving restores the previous sink. */
+typedef struct sink_ctx {
+    kiln_counters *b;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stage;
+} sink_ctx;
+
+static void sink_wait(sink_ctx *c, int stage) {
+    pthread_mutex_lock(&c->mu);
+    while (c->stage < stage) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void sink_advance(sink_ctx *c) {
+    pthread_mutex_lock(&c->mu);
+    c->stage++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *sink_thread2(void *arg) {
+    sink_ctx *c = arg;
+    sink_wait(c, 1);
+    kiln_counters *prev = kiln_counters_enter(c->b);
+    kiln_free(kiln_malloc(8));
+    sink_advance(c); /* stage 2: thread 1 allocates while this thread is still inside sink B */
+    sink_wait(c, 3);
+    kiln_counters_leave(prev);
+    return NULL;
+}
+
+TEST(base_counter_sink_is_per_thread) {
+    kiln_counters a = {0}, b = {0};
+    sink_ctx c = {.b = &b, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, sink_thread2, &c) == 0);
+    kiln_counters *prev = kiln_counters_enter(&a);
+    sink_advance(&c); /* stage 1 */
+    sink_wait(&c, 2);
+    kiln_free(kiln_malloc(8));
+    kiln_counters_leave(prev);
+    sink_advance(&c); /* stage 3 */
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(a.host_allocs, 1);
+    CHECK_EQ_INT(b.host_allocs, 1);
+    CHECK(kiln_counters_sink() == prev);
 }

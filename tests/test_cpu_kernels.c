@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_attn.h"
+#include "backend/cpu/cpu_dot_rows.h"
 #include "backend/cpu/cpu_ops.h"
 #include "formats/formats.h"
 
@@ -97,4 +98,36 @@ TEST(cpu_activation_quantizers_match_reference) {
     CHECK_EQ_INT(blk->qs[1], 0);
     CHECK_EQ_INT(blk->qs[2], 2);
     CHECK_EQ_INT(blk->qs[3], -2);
+}
+
+/* The multi-row dot (one weight row against 1..9 activation rows) gives exactly each single dot, for the
+ * kernel the CPU backend picks (Q8_0 AVX2 where present) and for the reference. */
+TEST(cpu_dot_rows_bit_identical_to_single_dots) {
+    kiln_formats_init();
+    const kiln_type_info *ti = kiln_type_get(KILN_TYPE_Q8_0);
+    const cpu_dot_rows_fn fast = cpu_dot_rows_select(ti->vec_dot_fast);
+    if (fast == cpu_dot_rows_ref) printf("  (no multi-row kernel on this CPU: the reference only)\n");
+    enum { N = 256, MAXR = 9 };
+    uint64_t rng = 2024;
+    float xf[N];
+    uint8_t w[N / 32 * 34], y[MAXR][N / 32 * 34];
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) xf[i] = test_rand_normal(&rng);
+        ti->from_float(xf, w, N);
+        for (int r = 0; r < MAXR; r++) {
+            for (int i = 0; i < N; i++) xf[i] = test_rand_normal(&rng) * (1 + r);
+            kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, xf, y[r], N);
+        }
+        for (int ny = 1; ny <= MAXR; ny++) {
+            float want[MAXR * 3], got[MAXR * 3], ref[MAXR * 3];
+            for (int r = 0; r < ny; r++) ti->vec_dot_fast(N, &want[r * 3], w, y[r]);
+            fast(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, got, 3);
+            cpu_dot_rows_ref(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, ref, 3);
+            for (int r = 0; r < ny; r++) {
+                CHECKF(!memcmp(&want[r * 3], &got[r * 3], sizeof(float)), "round %d ny %d row %d: %.9g vs %.9g", round,
+                       ny, r, want[r * 3], got[r * 3]);
+                CHECK(!memcmp(&want[r * 3], &ref[r * 3], sizeof(float)));
+            }
+        }
+    }
 }

@@ -21,6 +21,26 @@
 #include "session/backend.h"
 #include "test_gpu.h"
 
+/* One backend forward of tokens ids[0..n) of sequence 0 at positions pos..: logits (may be NULL) and argmax
+ * (may be NULL) of the last one, through the batch interface. */
+static kiln_status bk_forward(const kiln_backend_ops *ops, void *state, const kiln_model *m, const int32_t *ids, int n,
+                              int pos, float *logits, int32_t *argmax) {
+    kiln_backend_row *rows = malloc(sizeof *rows * (size_t)n);
+    float *scratch = logits ? NULL : malloc(sizeof(float) * (size_t)m->hp.n_vocab);
+    int32_t am = 0;
+    if (!rows || (!logits && !scratch)) { free(rows); free(scratch); return KILN_ERR_NOMEM; }
+    const bool want = logits || argmax;
+    for (int i = 0; i < n; i++)
+        rows[i] = (kiln_backend_row){.seq = 0, .pos = pos + i, .id = ids[i], .out = KILN_BK_OUT_NONE};
+    if (want) rows[n - 1].out = logits ? KILN_BK_OUT_LOGITS : KILN_BK_OUT_ARGMAX;
+    kiln_backend_batch b = {.rows = rows, .n = n, .n_out = want ? 1 : 0, .logits = logits ? logits : scratch, .argmax = &am};
+    kiln_status st = ops->forward(state, &b);
+    if (st == KILN_OK && argmax) *argmax = am;
+    free(rows);
+    free(scratch);
+    return st;
+}
+
 /* True when the GPU tests can run here; otherwise marks the test skipped with the reason. */
 static bool gpu_ready(void) { return test_gpu_ready(); }
 
@@ -274,7 +294,7 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         kiln_model *m;
         REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
         const int V = m->hp.n_vocab;
-        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 32, .n_threads = 2};
+        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 32, .n_seq = 1, .max_out = 1, .n_threads = 2};
         kiln_phases ph_cpu = {0}, ph_cu = {0};
         void *sc = NULL, *sg = NULL;
         REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
@@ -286,8 +306,8 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         bool departed = false;
         for (int step = 0; step < 64; step++) {
             int32_t pick = -1;
-            REQUIRE_OK(kiln_backend_cpu.forward(sc, &tok, 1, step, lc, NULL));
-            REQUIRE_OK(cu->forward(sg, &tok, 1, step, lg, &pick));
+            REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &tok, 1, step, lc, NULL));
+            REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, step, lg, &pick));
             const double cs = cosine(lc, lg, V);
             worst = cs < worst ? cs : worst;
             CHECKF(cs >= 0.999, "%s step %d: cosine %.6f", rel, step, cs);
@@ -308,19 +328,19 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         printf("\n");
 
         /* prefill of 16 tokens (BOS + the greedy ids) through the GEMM path */
-        kiln_backend_cpu.reset(sc);
-        cu->reset(sg);
+        kiln_backend_cpu.reset(sc, 0);
+        cu->reset(sg, 0);
         int32_t prompt[16] = {1};
         memcpy(prompt + 1, ids, 15 * sizeof(int32_t));
         int32_t pick = -1;
-        REQUIRE_OK(kiln_backend_cpu.forward(sc, prompt, 16, 0, lc, NULL));
-        REQUIRE_OK(cu->forward(sg, prompt, 16, 0, lg, &pick));
+        REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, prompt, 16, 0, lc, NULL));
+        REQUIRE_OK(bk_forward(cu, sg, m, prompt, 16, 0, lg, &pick));
         const double cs = cosine(lc, lg, V);
         CHECKF(cs >= 0.999, "%s prefill 16: cosine %.6f", rel, cs);
         CHECKF(pick == argmax_of(lg, V), "%s prefill: device argmax %d vs %d", rel, pick, argmax_of(lg, V));
         /* and decode continues from the prefilled cache */
-        REQUIRE_OK(kiln_backend_cpu.forward(sc, &pick, 1, 16, lc, NULL));
-        REQUIRE_OK(cu->forward(sg, &pick, 1, 16, lg, NULL));
+        REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &pick, 1, 16, lc, NULL));
+        REQUIRE_OK(bk_forward(cu, sg, m, &pick, 1, 16, lg, NULL));
         CHECKF(cosine(lc, lg, V) >= 0.999, "%s decode after prefill: cosine %.6f", rel, cosine(lc, lg, V));
         free(lc), free(lg);
         cu->close(sg);
@@ -335,23 +355,22 @@ TEST(cuda_graph_replay_bit_identical_to_eager) {
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
     const kiln_backend_ops *cu = kiln_backend_cuda();
-    kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_threads = 1};
+    kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_seq = 1, .max_out = 1, .n_threads = 1};
     const int V = m->hp.n_vocab, steps = 24;
     float *a = malloc(sizeof(float) * V * steps), *b = malloc(sizeof(float) * V * steps);
     for (int persistent = 0; persistent < 2; persistent++) { /* the kernel graph, then the persistent kernel */
         kiln_phases ph = {0};
         void *sg;
-        kiln_cuda_set_persistent(persistent ? 2 : 0);
+        cfg.cuda_persistent = persistent ? 2 : 0;
         REQUIRE_OK(cu->open(m, &cfg, &ph, &sg));
-        kiln_cuda_set_persistent(-1);
         for (int mode = 0; mode < 2; mode++) {
             float *dst = mode == 0 ? a : b;
             kiln_cuda_set_use_graph(sg, mode == 0);
-            cu->reset(sg);
+            cu->reset(sg, 0);
             int32_t prompt[5] = {1, 147, 201, 282, 215}, tok;
-            REQUIRE_OK(cu->forward(sg, prompt, 5, 0, NULL, &tok));
+            REQUIRE_OK(bk_forward(cu, sg, m, prompt, 5, 0, NULL, &tok));
             for (int s = 0; s < steps; s++) {
-                REQUIRE_OK(cu->forward(sg, &tok, 1, 5 + s, dst + (size_t)s * V, NULL));
+                REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, 5 + s, dst + (size_t)s * V, NULL));
                 tok = argmax_of(dst + (size_t)s * V, V);
             }
         }
@@ -370,26 +389,25 @@ TEST(cuda_pdl_on_off_bit_identical) {
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
     const kiln_backend_ops *cu = kiln_backend_cuda();
-    kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_threads = 1};
+    kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_seq = 1, .max_out = 1, .n_threads = 1};
     const int V = m->hp.n_vocab, steps = 32;
     float *lg[2] = {malloc(sizeof(float) * V * steps), malloc(sizeof(float) * V * steps)};
     double us[2] = {0, 0};
     for (int mode = 0; mode < 2; mode++) {
-        kiln_cuda_set_pdl(mode == 1);
+        cfg.cuda_no_pdl = mode == 0;
         kiln_phases ph = {0};
         void *sg;
         REQUIRE_OK(cu->open(m, &cfg, &ph, &sg));
         int32_t prompt[5] = {1, 147, 201, 282, 215}, tok;
-        REQUIRE_OK(cu->forward(sg, prompt, 5, 0, NULL, &tok));
+        REQUIRE_OK(bk_forward(cu, sg, m, prompt, 5, 0, NULL, &tok));
         const uint64_t t0 = kiln_now_ns();
         for (int s = 0; s < steps; s++) {
-            REQUIRE_OK(cu->forward(sg, &tok, 1, 5 + s, lg[mode] + (size_t)s * V, NULL));
+            REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, 5 + s, lg[mode] + (size_t)s * V, NULL));
             tok = argmax_of(lg[mode] + (size_t)s * V, V);
         }
         us[mode] = (kiln_now_ns() - t0) / 1e3 / steps;
         cu->close(sg);
     }
-    kiln_cuda_set_pdl(true);
     printf("  decode step with logits: %.1f us without PDL, %.1f us with\n", us[0], us[1]);
     CHECKF(memcmp(lg[0], lg[1], sizeof(float) * V * steps) == 0, "logits differ with and without PDL");
     free(lg[0]), free(lg[1]);
@@ -404,9 +422,8 @@ TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
     for (int persistent = 0; persistent < 2; persistent++) { /* the kernel graph, then the persistent kernel */
         kiln_session *s;
-        kiln_cuda_set_persistent(persistent ? 2 : 0);
-        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA}, &s));
-        kiln_cuda_set_persistent(-1);
+        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA,
+                                                                 .cuda_persistent = persistent ? 2 : 0}, &s));
         CHECK_STR(kiln_session_backend(s), "cuda");
         int32_t prompt[13] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
         const uint64_t heap0 = test_heap_calls();
@@ -443,7 +460,7 @@ TEST(cuda_open_reports_its_phases) {
     if (!gpu_ready()) return;
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared("models/stories260K/stories260K.gguf"), &m));
-    kiln_backend_config cfg = {.n_ctx = 64, .max_batch = 16, .n_threads = 1};
+    kiln_backend_config cfg = {.n_ctx = 64, .max_batch = 16, .n_seq = 1, .max_out = 1, .n_threads = 1};
     kiln_phases ph = {0};
     void *sg;
     REQUIRE_OK(kiln_backend_cuda()->open(m, &cfg, &ph, &sg));
@@ -462,9 +479,8 @@ TEST(cuda_open_reports_its_phases) {
     CHECKF(!si.persistent && strncmp(si.decode_path, "kernel graph", 12) == 0, "decode path: %s", si.decode_path);
     CHECK(si.graph_nodes > 5 * m->hp.n_layer);
     kiln_backend_cuda()->close(sg);
-    kiln_cuda_set_persistent(2);
+    cfg.cuda_persistent = 2;
     REQUIRE_OK(kiln_backend_cuda()->open(m, &cfg, &ph, &sg));
-    kiln_cuda_set_persistent(-1);
     kiln_cuda_session_info sp;
     kiln_cuda_session_get_info(sg, &sp);
     CHECKF(sp.persistent, "decode path asked persistent: %s", sp.decode_path);
@@ -485,12 +501,11 @@ TEST(cuda_open_reports_its_phases) {
 static bool decode_with(kiln_model *m, int bps, int n_ctx, int n_prompt, int steps, int reps, float *logits,
                         int32_t *ids, double *us_per_step, kiln_cuda_session_info *si) {
     const kiln_backend_ops *cu = kiln_backend_cuda();
-    kiln_backend_config cfg = {.n_ctx = n_ctx, .max_batch = n_prompt, .n_threads = 1};
+    kiln_backend_config cfg = {.n_ctx = n_ctx, .max_batch = n_prompt, .n_seq = 1, .max_out = 1, .n_threads = 1,
+                               .cuda_persistent = bps};
     kiln_phases ph = {0};
     void *sg = NULL;
-    kiln_cuda_set_persistent(bps);
     const kiln_status st = cu->open(m, &cfg, &ph, &sg);
-    kiln_cuda_set_persistent(-1);
     CHECK_OK(st);
     if (st != KILN_OK) return false;
     kiln_cuda_session_get_info(sg, si);
@@ -501,11 +516,11 @@ static bool decode_with(kiln_model *m, int bps, int n_ctx, int n_prompt, int ste
     for (int i = 0; ok && i < n_prompt; i++) prompt[i] = i == 0 ? 1 : (int32_t)((i * 7919) % V);
     for (int r = 0; ok && r < reps; r++) {
         int32_t tok;
-        ok = cu->forward(sg, prompt, n_prompt, 0, NULL, &tok) == KILN_OK;
+        ok = bk_forward(cu, sg, m, prompt, n_prompt, 0, NULL, &tok) == KILN_OK;
         const uint64_t t0 = kiln_now_ns();
         for (int s = 0; ok && s < steps; s++) {
             int32_t pick = -1;
-            ok = cu->forward(sg, &tok, 1, n_prompt + s, r == 0 && logits ? logits + (size_t)s * V : NULL, &pick) == KILN_OK;
+            ok = bk_forward(cu, sg, m, &tok, 1, n_prompt + s, r == 0 && logits ? logits + (size_t)s * V : NULL, &pick) == KILN_OK;
             if (r == 0) ids[s] = pick;
             tok = pick;
         }

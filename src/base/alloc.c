@@ -1,4 +1,4 @@
-/* alloc.c — counted heap allocation and the process-wide first-call counters. */
+/* alloc.c — counted heap allocation, the process-wide totals and the per-thread counter sink. */
 #include "base/alloc.h"
 
 #include <stdatomic.h>
@@ -6,24 +6,32 @@
 #include <string.h>
 
 static _Atomic uint64_t n_host, n_device, n_module, n_graph, n_jit;
+static _Thread_local kiln_counters *tl_sink;
+
+/* Adds one to a process-wide total and to the same field of this thread's sink. */
+#define COUNT(total, field)                                                         \
+    do {                                                                            \
+        atomic_fetch_add_explicit(&(total), 1, memory_order_relaxed);               \
+        if (tl_sink) __atomic_fetch_add(&tl_sink->field, 1, __ATOMIC_RELAXED);      \
+    } while (0)
 
 void *kiln_malloc(size_t n) {
-    atomic_fetch_add_explicit(&n_host, 1, memory_order_relaxed);
+    COUNT(n_host, host_allocs);
     return malloc(n ? n : 1);
 }
 
 void *kiln_calloc(size_t count, size_t size) {
-    atomic_fetch_add_explicit(&n_host, 1, memory_order_relaxed);
+    COUNT(n_host, host_allocs);
     return calloc(count ? count : 1, size ? size : 1);
 }
 
 void *kiln_realloc(void *p, size_t n) {
-    atomic_fetch_add_explicit(&n_host, 1, memory_order_relaxed);
+    COUNT(n_host, host_allocs);
     return realloc(p, n ? n : 1);
 }
 
 void *kiln_aligned_alloc(size_t align, size_t n) {
-    atomic_fetch_add_explicit(&n_host, 1, memory_order_relaxed);
+    COUNT(n_host, host_allocs);
     void *p = NULL;
     if (posix_memalign(&p, align, n ? n : 1) != 0) return NULL;
     return p;
@@ -47,7 +55,25 @@ void kiln_counters_read(kiln_counters *out) {
     out->jit_compiles = atomic_load(&n_jit);
 }
 
-void kiln_count_device_alloc(void) { atomic_fetch_add(&n_device, 1); }
-void kiln_count_module_load(void) { atomic_fetch_add(&n_module, 1); }
-void kiln_count_graph_capture(void) { atomic_fetch_add(&n_graph, 1); }
-void kiln_count_jit_compile(void) { atomic_fetch_add(&n_jit, 1); }
+kiln_counters *kiln_counters_enter(kiln_counters *sink) {
+    kiln_counters *prev = tl_sink;
+    tl_sink = sink;
+    return prev;
+}
+
+void kiln_counters_leave(kiln_counters *prev) { tl_sink = prev; }
+
+kiln_counters *kiln_counters_sink(void) { return tl_sink; }
+
+void kiln_counters_snapshot(const kiln_counters *sink, kiln_counters *out) {
+    out->host_allocs = __atomic_load_n(&sink->host_allocs, __ATOMIC_RELAXED);
+    out->device_allocs = __atomic_load_n(&sink->device_allocs, __ATOMIC_RELAXED);
+    out->module_loads = __atomic_load_n(&sink->module_loads, __ATOMIC_RELAXED);
+    out->graph_captures = __atomic_load_n(&sink->graph_captures, __ATOMIC_RELAXED);
+    out->jit_compiles = __atomic_load_n(&sink->jit_compiles, __ATOMIC_RELAXED);
+}
+
+void kiln_count_device_alloc(void) { COUNT(n_device, device_allocs); }
+void kiln_count_module_load(void) { COUNT(n_module, module_loads); }
+void kiln_count_graph_capture(void) { COUNT(n_graph, graph_captures); }
+void kiln_count_jit_compile(void) { COUNT(n_jit, jit_compiles); }

@@ -30,6 +30,7 @@ struct kiln_pool {
     pthread_cond_t cv;
     kiln_pool_fn fn;
     void *ctx;
+    kiln_counters *sink;   /* the caller's counter sink, carried to the workers for one run */
     _Atomic uint64_t generation;
     _Atomic int pending;
     _Atomic bool quit;
@@ -53,7 +54,9 @@ static void *worker_main(void *arg) {
         }
         if (atomic_load(&p->quit)) return NULL;
         seen = g;
+        kiln_counters *prev = kiln_counters_enter(p->sink);
         p->fn(p->ctx, ith, p->n);
+        kiln_counters_leave(prev);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
     }
 }
@@ -104,6 +107,7 @@ void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *ctx) {
     if (p->n == 1) { fn(ctx, 0, 1); return; }
     p->fn = fn;
     p->ctx = ctx;
+    p->sink = kiln_counters_sink();
     atomic_store(&p->pending, p->n - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

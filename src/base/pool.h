@@ -1,7 +1,8 @@
 /*
  * pool.h — a fixed thread pool created at session open. kiln_pool_run(pool, fn, ctx) calls
  * fn(ctx, i, n) on n threads (the caller is thread 0) and returns when all are done. Nothing is
- * allocated per run; workers spin briefly, then sleep on a condition variable.
+ * allocated per run; workers spin briefly, then sleep on a condition variable. The caller's counter
+ * sink (base/alloc.h) is carried to the workers for the run, so what they count belongs to the caller.
  */
 #ifndef KILN_BASE_POOL_H
 #define KILN_BASE_POOL_H

@@ -1,11 +1,13 @@
 /*
  * cmd_bench.c — `kiln bench`: open once, then repeat (reset, prefill P tokens, G greedy decode steps) and
- * print the open phases and the medians of prefill and decode throughput.
+ * print the open phases and the medians of prefill and decode throughput; with --seqs, the throughput of
+ * k sequences decoding together (bench_seqs.c).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli/bench_seqs.h"
 #include "cli/cli.h"
 
 static const char *usage_text =
@@ -15,6 +17,8 @@ static const char *usage_text =
     "  -p, --prompt N       prefill length in tokens (default 512)\n"
     "  -n, --gen N          greedy decode steps per repetition (default 128)\n"
     "  -r, --reps N         repetitions; medians are reported (default 5)\n"
+    "      --seqs K1,K2,..  for each k: k sequences prefilled with P tokens each, then N decode steps of all\n"
+    "                       k together (one batch per step); aggregate and per-sequence decode tok/s\n"
     "      --ctx N          context length (default: prompt + gen)\n"
     "      --threads N      CPU threads (default: all cores)\n"
     "      --device D       cpu, cuda or auto (default auto)\n"
@@ -44,6 +48,7 @@ int cmd_bench(int argc, char **argv) {
     long P = 512, G = 128, R = 5, ctx = 0, threads = 0;
     bool json = false;
     kiln_model_options mo = {0};
+    bench_seqs_args sa = {0};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *a = argv[i];
         bool err = false;
@@ -52,6 +57,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--strict")) mo.strict = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("bench", v, &device)) return 2; }
+        else if (cli_opt(argc, argv, &i, "--seqs", &v, &err)) { if (!err && !bench_parse_seqs(v, &sa)) return 2; }
         else if (cli_opt(argc, argv, &i, "-p", &v, &err) || cli_opt(argc, argv, &i, "--prompt", &v, &err)) {
             if (!err && !cli_parse_int("bench", a, v, 1, 1 << 20, &P)) return 2;
         } else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--gen", &v, &err)) {
@@ -66,6 +72,11 @@ int cmd_bench(int argc, char **argv) {
         if (err) return 2;
     }
     if (!model) return cli_usage_error("bench", usage_text, "a model is required (-m MODEL.gguf)");
+    if (sa.n_ks) {
+        if (ctx) return cli_usage_error("bench", usage_text, "--ctx is set by --seqs (prompt + gen + 1)");
+        sa.model = model, sa.device = device, sa.P = P, sa.N = G, sa.R = R, sa.threads = threads, sa.json = json;
+        return bench_seqs(&sa);
+    }
     kiln_session_options o = {.n_ctx = (int)(ctx ? ctx : P + G + 1), .n_threads = (int)threads, .max_batch = (int)P,
                               .device = device};
     if (P + G + 1 > o.n_ctx) return cli_error("bench", "prompt %ld + gen %ld do not fit --ctx %d", P, G, o.n_ctx);

@@ -11,8 +11,7 @@
 #include <math.h>
 
 #include "formats/blocks.h"
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "formats/simd_avx2.h"
 
 int kiln_cpu_has_avx2(void) {
     __builtin_cpu_init();
@@ -23,15 +22,6 @@ int kiln_cpu_has_avx2(void) {
 }
 
 /* ------------------------------------------------------------------------------------- helpers */
-
-AVX2 static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-AVX2 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 /* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
 AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
@@ -48,16 +38,6 @@ AVX2 static inline __m256i bits_to_bytes(const uint8_t *p) {
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
     v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL));
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
-}
-
-/* Sum of u[i]*s[i] over pairs of 4 bytes -> 8 int32 lanes (u unsigned, s signed). */
-AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* Same for two signed vectors (sign moved onto s so maddubs sees |a|). */
-AVX2 static inline __m256i dot_i8_i8(__m256i a, __m256i s) {
-    return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(s, a));
 }
 
 /* int16 vector scaled by two per-128-bit-half scales and pairwise summed into 8 int32 lanes. */

@@ -334,7 +334,13 @@ void kiln_model_close(kiln_model *m) {
 }
 
 void kiln_model_get_info(const kiln_model *m, kiln_model_info *out) {
+    if (!out) return;
     memset(out, 0, sizeof *out);
+    if (!m) { /* the neutral answer for no model */
+        out->arch = out->name = "";
+        out->bos_id = out->eos_id = -1;
+        return;
+    }
     const kiln_hparams *hp = &m->hp;
     out->arch = hp->arch;
     out->name = m->name;

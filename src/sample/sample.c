@@ -33,6 +33,7 @@ kiln_sampler_params kiln_sampler_defaults(void) {
 }
 
 kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out) {
+    if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: out is NULL");
     *out = NULL;
     if (!p) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: params is NULL");
     if (n_vocab < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: n_vocab %d < 1", n_vocab);
@@ -71,13 +72,14 @@ void kiln_sampler_close(kiln_sampler *s) {
 }
 
 void kiln_sampler_reset(kiln_sampler *s) {
+    if (!s) return;
     s->n_recent = 0;
     s->head = 0;
     s->rng = s->p.seed ^ 0x9E3779B97F4A7C15ull;
 }
 
 void kiln_sampler_accept(kiln_sampler *s, int32_t id) {
-    if (s->p.repeat_last_n == 0) return;
+    if (!s || s->p.repeat_last_n == 0) return;
     s->recent[s->head] = id;
     s->head = (s->head + 1) % s->p.repeat_last_n;
     if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
@@ -128,6 +130,7 @@ static void softmax(cand *c, int n, float temp) {
 }
 
 int32_t kiln_sample(kiln_sampler *s, const float *logits) {
+    if (!s || !logits) return -1;
     const int nv = s->n_vocab;
     cand *c = s->c;
     for (int i = 0; i < nv; i++) c[i] = (cand){i, logits[i], 0.0f};

@@ -1,7 +1,8 @@
 /*
  * backend.h — the backend interface: a small table of functions the session drives. A backend owns
- * every buffer it computes with; after open it must not allocate, load or compile anything.
- * The model (weights as views into the map, hyperparameters) is read-only to a backend.
+ * every buffer it computes with, including one KV region of n_ctx positions per sequence; after open it
+ * must not allocate, load or compile anything. The model (weights as views into the map, hyperparameters,
+ * the block description) is read-only to a backend.
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -13,22 +14,49 @@
 #include "model/model.h"
 
 typedef struct kiln_backend_config {
-    int n_ctx;       /* KV cache length (positions) */
-    int max_batch;   /* largest n passed to forward */
+    int n_ctx;       /* KV positions per sequence */
+    int max_batch;   /* most rows of one forward call */
+    int n_seq;       /* sequences, each with its own KV region */
+    int max_out;     /* most output rows of one forward call (min(n_seq, max_batch) or more) */
     int n_threads;   /* CPU threads */
+    /* CUDA, experimental (kiln_session_options' cuda_* fields) */
+    int cuda_persistent;   /* persistent decode kernel, blocks per SM (0: off, 1 or 2) */
+    bool cuda_no_graph, cuda_no_pdl;
 } kiln_backend_config;
+
+enum { KILN_BK_OUT_NONE = 0, KILN_BK_OUT_ARGMAX = 1, KILN_BK_OUT_LOGITS = 2 };
+
+/* One row of a forward call: token id at position pos of sequence seq. */
+typedef struct kiln_backend_row {
+    int32_t seq, pos, id;
+    int32_t out;     /* KILN_BK_OUT_*: nothing, the argmax only, or logits and argmax */
+} kiln_backend_row;
+
+/* A forward call. Rows of one sequence come in order of position, each following that sequence's last
+ * (pos = its n_past, +1 for each earlier row of it in the call); the rows that ask for an output are
+ * numbered k = 0, 1, ... in row order, and output k goes to logits + k * n_vocab (logits rows; argmax
+ * rows may use it as scratch) and argmax[k]. */
+typedef struct kiln_backend_batch {
+    const kiln_backend_row *rows;
+    int n;           /* 1 .. max_batch */
+    int n_out;       /* rows whose out != NONE, 0 .. max_out */
+    float *logits;   /* n_out x n_vocab */
+    int32_t *argmax; /* n_out */
+} kiln_backend_batch;
 
 typedef struct kiln_backend_ops {
     const char *name;  /* "cpu", "cuda" */
-    /* Allocates and touches everything for cfg, prepares weights, loads kernels; appends its open
-     * phases (open.arena, open.weights, open.kernels, ...) to phases. *state is NULL on failure. */
+    /* Allocates and touches everything for cfg (n_seq KV regions of n_ctx), prepares weights, loads
+     * kernels; appends its open phases (open.arena, open.weights, open.kernels, ...) to phases.
+     * *state is NULL on failure. */
     kiln_status (*open)(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *phases, void **state);
-    /* Runs tokens ids[0..n) at positions pos..pos+n-1 (1 <= n <= max_batch, pos + n <= n_ctx), appends
-     * their K/V to the cache, and writes the logits of the last position to logits (n_vocab floats).
-     * When logits is NULL and argmax is not, writes only the argmax (greedy, lowest id on ties). */
-    kiln_status (*forward)(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax);
-    /* Forgets the cache contents (positions restart at 0). Never frees. */
-    void (*reset)(void *state);
+    /* Runs a batch (validated by the session: sequences, positions, ids, counts), appends every row's K/V
+     * to its sequence's cache and writes the outputs. */
+    kiln_status (*forward)(void *state, const kiln_backend_batch *b);
+    /* Forgets the cache contents of one sequence (its positions restart at 0). Never frees. */
+    void (*reset)(void *state, int seq);
+    /* Bytes of KV cache per sequence. */
+    uint64_t (*kv_bytes_per_seq)(const void *state);
     void (*close)(void *state);
 } kiln_backend_ops;
 

@@ -50,7 +50,7 @@ bool kiln_token_is_eog(const kiln_model *m, int32_t id) {
 }
 
 void kiln_detok_init(kiln_detok *d, const kiln_model *m, bool strip_leading_space) {
-    KILN_ASSERT(d);
+    if (!d) return;
     memset(d, 0, sizeof *d);
     d->model = m;
     d->at_start = strip_leading_space && m && m->tok && kiln_tokenizer_add_space_prefix(m->tok);
@@ -117,8 +117,7 @@ static void feed(kiln_detok *d, detok_out *o, const char *p, size_t n) {
 }
 
 size_t kiln_detok_push(kiln_detok *d, int32_t id, char *buf, size_t cap) {
-    KILN_ASSERT(d && (buf || !cap));
-    if (!d->model || !d->model->tok) return 0;
+    if (!d || (!buf && cap) || !d->model || !d->model->tok) return 0;
     const kiln_tokenizer *t = d->model->tok;
     detok_out o = {buf, cap, 0, false};
     char chunk[256];
@@ -143,7 +142,7 @@ size_t kiln_detok_push(kiln_detok *d, int32_t id, char *buf, size_t cap) {
 }
 
 size_t kiln_detok_flush(kiln_detok *d, char *buf, size_t cap) {
-    KILN_ASSERT(d && (buf || !cap));
+    if (!d || (!buf && cap)) return 0;
     static const char replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
     detok_out o = {buf, cap, 0, false};
     if (d->n_pending) put(&o, replacement, 3);   /* an unfinished character */

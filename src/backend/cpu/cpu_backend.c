@@ -1,11 +1,15 @@
 /*
- * cpu_backend.c — the llama forward pass on the CPU (the first implementation of backend.h).
- * Open allocates one arena for every activation, the KV cache (F32, whole context) and the scratch,
- * touches it, prefaults the mapped weights and starts the thread pool; forward then allocates nothing.
+ * cpu_backend.c — the forward pass on the CPU over a batch of rows of any mix of sequences, written once
+ * over the block description (model/block.h). Open allocates one arena for every activation, one KV
+ * region per sequence and the scratch, touches it, prefaults the mapped weights and starts the thread
+ * pool; forward then allocates nothing.
  *
- * Shapes (B = tokens in this call, E = n_embd, Q = n_head*hd, KV = n_head_kv*hd, F = n_ff):
- *   x (B,E) residual stream     xb (B,E) normed     q (B,Q) k,v (B,KV)     att (B,Q)
- *   hb, hb2 (B,F)               k_cache, v_cache (n_layer, n_ctx, KV) F16   logits (n_vocab,)
+ * Shapes (B = rows in this call, E = n_embd, Q = n_head*hd, KV = n_head_kv*hd, F = n_ff, O = output rows):
+ *   x (B,E) residual stream     xb (B,E) normed     q (B,Q) k,v (B,KV)     att (B,Q)     hb, hb2 (B,F)
+ *   xo (O,E) the output rows, normed              k_cache, v_cache (n_seq, n_layer, n_ctx, KV) F16
+ * Every matrix product covers all B rows at once (each weight row is read once per call for every
+ * sequence); attention runs per row over its own sequence's cache. Each row's arithmetic is the same
+ * whatever else is in the batch, so a sequence's logits in a batch equal its logits alone, bit for bit.
  * The KV cache is F16 like llama.cpp's default, and attention rounds q and the softmax weights to F16
  * before their products with K and V (as ggml's F16 matrix products do), which keeps greedy runs on the
  * reference engine's tokens.
@@ -22,18 +26,21 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "formats/formats.h"
+#include "model/block.h"
 #include "session/backend.h"
 
 typedef struct cpu_state {
     const kiln_model *m;
+    kiln_blocks desc;
     kiln_backend_config cfg;
     kiln_pool *pool;
     uint8_t *arena;
     size_t arena_bytes;
-    float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *logits, *scores;
+    float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xo, *scores;
     float *rope_cos, *rope_sin;   /* (n_ctx, n_rot/2) */
     float *qh;                    /* per thread: one head of q rounded to F16 */
-    uint16_t *k_cache, *v_cache;  /* (n_layer, n_ctx, KV) F16 */
+    uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_ctx, KV) F16 */
+    size_t kv_per_seq;            /* elements of one sequence's K (or V) region */
     void *scratch;                /* converted activations for the matmuls */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
 } cpu_state;
@@ -45,14 +52,16 @@ static void *carve(uint8_t *base, size_t *off, size_t n) {
     return base ? base + o : NULL;
 }
 
+static size_t scratch_for(const kiln_weight *w, int B) { return cpu_matmul_scratch_bytes(w->type, (int)w->ne[0], B); }
+
 /* The largest converted-activation buffer any matmul of the model needs for B rows. */
-static size_t max_scratch(const kiln_model *m, int B) {
-    size_t best = cpu_matmul_scratch_bytes(m->output.type, (int)m->output.ne[0], B);
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        const kiln_layer *L = &m->layers[il];
-        const kiln_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+static size_t max_scratch(const kiln_blocks *d, int B) {
+    size_t best = scratch_for(d->output, B);
+    for (int il = 0; il < d->n_block; il++) {
+        const kiln_block *b = &d->blocks[il];
+        const kiln_weight *lw[] = {b->attn.wq, b->attn.wk, b->attn.wv, b->attn.wo, b->ffn.gate, b->ffn.up, b->ffn.down};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
-            size_t s = cpu_matmul_scratch_bytes(lw[i]->type, (int)lw[i]->ne[0], B);
+            size_t s = scratch_for(lw[i], B);
             best = s > best ? s : best;
         }
     }
@@ -63,7 +72,9 @@ static size_t max_scratch(const kiln_model *m, int B) {
 static size_t layout(cpu_state *s, uint8_t *base) {
     const kiln_hparams *hp = &s->m->hp;
     const size_t B = (size_t)s->cfg.max_batch, E = (size_t)hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim,
-                 KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, C = (size_t)s->cfg.n_ctx;
+                 KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, C = (size_t)s->cfg.n_ctx,
+                 O = (size_t)s->cfg.max_out;
+    s->kv_per_seq = (size_t)hp->n_layer * C * KV;
     size_t off = 0;
     s->x = carve(base, &off, B * E * 4);
     s->xb = carve(base, &off, B * E * 4);
@@ -74,14 +85,14 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     s->att = carve(base, &off, B * Q * 4);
     s->hb = carve(base, &off, B * F * 4);
     s->hb2 = carve(base, &off, B * F * 4);
-    s->logits = carve(base, &off, (size_t)hp->n_vocab * 4);
+    s->xo = carve(base, &off, O * E * 4);
     s->scores = carve(base, &off, (size_t)s->cfg.n_threads * C * 4);
     s->rope_cos = carve(base, &off, C * (size_t)(hp->n_rot / 2) * 4);
     s->rope_sin = carve(base, &off, C * (size_t)(hp->n_rot / 2) * 4);
-    s->k_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 2);
-    s->v_cache = carve(base, &off, (size_t)hp->n_layer * C * KV * 2);
+    s->k_cache = carve(base, &off, (size_t)s->cfg.n_seq * s->kv_per_seq * 2);
+    s->v_cache = carve(base, &off, (size_t)s->cfg.n_seq * s->kv_per_seq * 2);
     s->qh = carve(base, &off, (size_t)s->cfg.n_threads * (size_t)hp->head_dim * 4);
-    s->scratch = carve(base, &off, max_scratch(s->m, (int)B));
+    s->scratch = carve(base, &off, max_scratch(&s->desc, (int)B));
     return off;
 }
 
@@ -107,6 +118,7 @@ static void cpu_close(void *state) {
     cpu_state *s = state;
     if (!s) return;
     kiln_pool_close(s->pool);
+    kiln_blocks_free(&s->desc);
     kiln_free(s->arena);
     kiln_free(s);
 }
@@ -117,19 +129,23 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "cpu backend: out of memory");
     s->m = m;
     s->cfg = *cfg;
+    kiln_status st = kiln_blocks_build(m, &s->desc);
+    if (st != KILN_OK) { cpu_close(s); return st; }
 
     uint64_t t0 = kiln_now_ns();
     s->arena_bytes = layout(s, NULL);
     s->arena = kiln_aligned_alloc(64, s->arena_bytes);
     if (!s->arena) {
         cpu_close(s);
-        return kiln_fail(KILN_ERR_NOMEM, "cpu backend: cannot allocate the %.1f MiB arena for n_ctx %d",
-                         s->arena_bytes / 1048576.0, cfg->n_ctx);
+        return kiln_fail(KILN_ERR_NOMEM, "cpu backend: cannot allocate the %.1f MiB arena for %d sequences of n_ctx %d",
+                         s->arena_bytes / 1048576.0, cfg->n_seq, cfg->n_ctx);
     }
     memset(s->arena, 0, s->arena_bytes); /* touch every page now, not at the first token */
     layout(s, s->arena);
     cpu_rope_tables(s->rope_cos, s->rope_sin, cfg->n_ctx, m->hp.n_rot, m->hp.rope_base, m->hp.rope_freq_scale,
                     m->rope_freqs.data);
+    KILN_INFO("cpu backend: KV cache %.2f MiB per sequence x %d sequences (n_ctx %d); arena %.1f MiB",
+              s->kv_per_seq * 4 / 1048576.0, cfg->n_seq, cfg->n_ctx, s->arena_bytes / 1048576.0);
     kiln_phases_add(ph, "open.arena", kiln_now_ns() - t0);
 
     t0 = kiln_now_ns();
@@ -139,121 +155,167 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     t0 = kiln_now_ns();
     kiln_formats_init();
     s->attn = cpu_attn_select();
-    kiln_status st = kiln_pool_open(cfg->n_threads, &s->pool);
+    st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
     *out = s;
     return KILN_OK;
 }
 
-static void embed(const kiln_model *m, int32_t id, float *dst) {
-    const kiln_weight *w = &m->tok_embd;
+static void embed(const kiln_weight *w, int32_t id, float *dst) {
     const size_t row = kiln_row_bytes(w->type, w->ne[0]);
     kiln_type_get(w->type)->to_float((const uint8_t *)w->data + (size_t)id * row, dst, (int64_t)w->ne[0]);
 }
 
 typedef struct attn_job {
     cpu_state *s;
-    int layer, B, pos;
+    const kiln_block_attn *a;
+    const kiln_backend_row *rows;
+    int layer, B;
 } attn_job;
 
-/* Causal grouped-query attention for every (token, head) pair of the batch. */
+/* The K (or V) cache row of (sequence, layer, position). */
+static size_t kv_at(const cpu_state *s, int seq, int layer, int pos, int KV) {
+    return (size_t)seq * s->kv_per_seq + ((size_t)layer * s->cfg.n_ctx + (size_t)pos) * (size_t)KV;
+}
+
+/* Causal grouped-query attention for every (row, head) pair of the batch, each row over the positions
+ * 0..pos of its own sequence. */
 static void attention(void *ctx, int ith, int nth) {
     attn_job *j = ctx;
     cpu_state *s = j->s;
-    const kiln_hparams *hp = &s->m->hp;
-    const int hd = hp->head_dim, nh = hp->n_head, KV = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
+    const int hd = j->a->head_dim, nh = j->a->n_head, KV = j->a->n_head_kv * hd, group = nh / j->a->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    const uint16_t *kc = s->k_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
-    const uint16_t *vc = s->v_cache + (size_t)j->layer * s->cfg.n_ctx * KV;
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
     float *qf = s->qh + (size_t)ith * hd;
     int lo, hi;
     kiln_split(j->B * nh, ith, nth, &lo, &hi);
     for (int p = lo; p < hi; p++) {
-        const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->pos + t + 1;
+        const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->rows[t].pos + 1;
+        const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
+        const uint16_t *vc = s->v_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
         const float *q = s->q + (size_t)t * nh * hd + (size_t)h * hd;
         for (int c = 0; c < hd; c++) qf[c] = kiln_f16_to_f32(kiln_f32_to_f16(q[c]));
-        for (int i = 0; i < n_keys; i++) sc[i] = s->attn.dot(qf, kc + (size_t)i * KV + (size_t)kvh * hd, hd) * scale;
+        for (int i = 0; i < n_keys; i++) sc[i] = s->attn.dot(qf, kc + (size_t)i * KV, hd) * scale;
         cpu_softmax(sc, n_keys);
         float *o = s->att + (size_t)t * nh * hd + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int i = 0; i < n_keys; i++)
-            s->attn.axpy(o, kiln_f16_to_f32(kiln_f32_to_f16(sc[i])), vc + (size_t)i * KV + (size_t)kvh * hd, hd);
+        for (int i = 0; i < n_keys; i++) s->attn.axpy(o, kiln_f16_to_f32(kiln_f32_to_f16(sc[i])), vc + (size_t)i * KV, hd);
     }
 }
 
 static void add_bias(float *y, const kiln_weight *b, int B, int n) {
-    if (!b->data) return;
+    if (!b) return;
     for (int t = 0; t < B; t++) cpu_add(y + (size_t)t * n, b->data, n);
 }
 
-static kiln_status cpu_forward(void *state, const int32_t *ids, int B, int pos, float *logits, int32_t *argmax) {
-    cpu_state *s = state;
-    const kiln_model *m = s->m;
-    const kiln_hparams *hp = &m->hp;
-    KILN_ASSERT(B >= 1 && B <= s->cfg.max_batch && pos >= 0 && pos + B <= s->cfg.n_ctx);
-    const int E = hp->n_embd, hd = hp->head_dim, Q = hp->n_head * hd, KV = hp->n_head_kv * hd, F = hp->n_ff;
-    const int half = hp->n_rot / 2;
+static void rmsnorm_rows(float *y, const float *x, const kiln_weight *w, int B, int n, float eps) {
+    for (int t = 0; t < B; t++) cpu_rmsnorm(y + (size_t)t * n, x + (size_t)t * n, w->data, n, eps);
+}
 
-    for (int t = 0; t < B; t++) embed(m, ids[t], s->x + (size_t)t * E);
-
-    for (int il = 0; il < hp->n_layer; il++) {
-        const kiln_layer *L = &m->layers[il];
-        for (int t = 0; t < B; t++) cpu_rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm.data, E, hp->rms_eps);
-        cpu_matmul(s->pool, &L->wq, s->xb, B, s->q, s->scratch);
-        cpu_matmul(s->pool, &L->wk, s->xb, B, s->k, s->scratch);
-        cpu_matmul(s->pool, &L->wv, s->xb, B, s->v, s->scratch);
-        add_bias(s->q, &L->bq, B, Q);
-        add_bias(s->k, &L->bk, B, KV);
-        add_bias(s->v, &L->bv, B, KV);
-        for (int t = 0; t < B; t++) {
-            const int p = pos + t;
-            const float *c = s->rope_cos + (size_t)p * half, *sn = s->rope_sin + (size_t)p * half;
-            for (int h = 0; h < hp->n_head; h++) {
-                float *qh = s->q + (size_t)t * Q + (size_t)h * hd;
-                if (L->q_norm.data) cpu_rmsnorm(qh, qh, L->q_norm.data, hd, hp->rms_eps);
-                cpu_rope_head(qh, c, sn, hp->n_rot, hp->rope_neox);
-            }
-            for (int h = 0; h < hp->n_head_kv; h++) {
-                float *kh = s->k + (size_t)t * KV + (size_t)h * hd;
-                if (L->k_norm.data) cpu_rmsnorm(kh, kh, L->k_norm.data, hd, hp->rms_eps);
-                cpu_rope_head(kh, c, sn, hp->n_rot, hp->rope_neox);
-            }
-            const size_t at = ((size_t)il * s->cfg.n_ctx + (size_t)p) * KV;
-            for (int e = 0; e < KV; e++) {
-                s->k_cache[at + e] = kiln_f32_to_f16(s->k[(size_t)t * KV + e]);
-                s->v_cache[at + e] = kiln_f32_to_f16(s->v[(size_t)t * KV + e]);
-            }
+/* Per-head Q/K norm and RoPE of every row at its own position, then its K/V into its sequence's cache. */
+static void rope_and_store(cpu_state *s, const kiln_block_attn *a, int il, const kiln_backend_row *rows, int B) {
+    const int hd = a->head_dim, Q = a->n_head * hd, KV = a->n_head_kv * hd, half = a->n_rot / 2;
+    const bool neox = a->rope == KILN_ROPE_NEOX;
+    const float eps = s->desc.rms_eps;
+    for (int t = 0; t < B; t++) {
+        const int p = rows[t].pos;
+        const float *c = s->rope_cos + (size_t)p * half, *sn = s->rope_sin + (size_t)p * half;
+        for (int h = 0; h < a->n_head; h++) {
+            float *qh = s->q + (size_t)t * Q + (size_t)h * hd;
+            if (a->q_norm) cpu_rmsnorm(qh, qh, a->q_norm->data, hd, eps);
+            cpu_rope_head(qh, c, sn, a->n_rot, neox);
         }
-        attn_job aj = {.s = s, .layer = il, .B = B, .pos = pos};
-        if ((int64_t)B * hp->n_head * (pos + B) * hd < (1 << 15)) attention(&aj, 0, 1);
-        else kiln_pool_run(s->pool, attention, &aj);
-        cpu_matmul(s->pool, &L->wo, s->att, B, s->xb2, s->scratch);
-        cpu_add(s->x, s->xb2, B * E);
-
-        for (int t = 0; t < B; t++) cpu_rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->ffn_norm.data, E, hp->rms_eps);
-        cpu_matmul(s->pool, &L->w_gate, s->xb, B, s->hb, s->scratch);
-        cpu_matmul(s->pool, &L->w_up, s->xb, B, s->hb2, s->scratch);
-        cpu_swiglu(s->hb, s->hb2, B * F);
-        cpu_matmul(s->pool, &L->w_down, s->hb, B, s->xb2, s->scratch);
-        cpu_add(s->x, s->xb2, B * E);
+        for (int h = 0; h < a->n_head_kv; h++) {
+            float *kh = s->k + (size_t)t * KV + (size_t)h * hd;
+            if (a->k_norm) cpu_rmsnorm(kh, kh, a->k_norm->data, hd, eps);
+            cpu_rope_head(kh, c, sn, a->n_rot, neox);
+        }
+        const size_t at = kv_at(s, rows[t].seq, il, p, KV);
+        for (int e = 0; e < KV; e++) {
+            s->k_cache[at + e] = kiln_f32_to_f16(s->k[(size_t)t * KV + e]);
+            s->v_cache[at + e] = kiln_f32_to_f16(s->v[(size_t)t * KV + e]);
+        }
     }
+}
 
-    if (!logits && !argmax) return KILN_OK;
-    cpu_rmsnorm(s->xb, s->x + (size_t)(B - 1) * E, m->output_norm.data, E, hp->rms_eps);
-    float *out = logits ? logits : s->logits;
-    cpu_matmul(s->pool, &m->output, s->xb, 1, out, s->scratch);
-    if (argmax) *argmax = cpu_argmax(out, hp->n_vocab);
+/* x += Wo · attention(norm(x)) for every row. */
+static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kiln_backend_row *rows, int B) {
+    const int E = s->desc.n_embd, hd = a->head_dim, Q = a->n_head * hd, KV = a->n_head_kv * hd;
+    rmsnorm_rows(s->xb, s->x, a->norm, B, E, s->desc.rms_eps);
+    cpu_matmul(s->pool, a->wq, s->xb, B, s->q, s->scratch);
+    cpu_matmul(s->pool, a->wk, s->xb, B, s->k, s->scratch);
+    cpu_matmul(s->pool, a->wv, s->xb, B, s->v, s->scratch);
+    add_bias(s->q, a->bq, B, Q);
+    add_bias(s->k, a->bk, B, KV);
+    add_bias(s->v, a->bv, B, KV);
+    rope_and_store(s, a, il, rows, B);
+    attn_job aj = {.s = s, .a = a, .rows = rows, .layer = il, .B = B};
+    int64_t work = 0; /* multiply-adds of the scores: small ones run on the calling thread */
+    for (int t = 0; t < B; t++) work += (int64_t)(rows[t].pos + 1) * a->n_head * hd;
+    if (work < (1 << 15)) attention(&aj, 0, 1);
+    else kiln_pool_run(s->pool, attention, &aj);
+    cpu_matmul(s->pool, a->wo, s->att, B, s->xb2, s->scratch);
+    cpu_add(s->x, s->xb2, B * E);
+}
+
+/* x += down(silu(gate · norm(x)) * up · norm(x)) for every row. */
+static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
+    const int E = s->desc.n_embd;
+    KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
+    rmsnorm_rows(s->xb, s->x, f->norm, B, E, s->desc.rms_eps);
+    cpu_matmul(s->pool, f->gate, s->xb, B, s->hb, s->scratch);
+    cpu_matmul(s->pool, f->up, s->xb, B, s->hb2, s->scratch);
+    cpu_swiglu(s->hb, s->hb2, B * f->n_ff);
+    cpu_matmul(s->pool, f->down, s->hb, B, s->xb2, s->scratch);
+    cpu_add(s->x, s->xb2, B * E);
+}
+
+/* The output projection over just the rows that ask: logits (n_out, n_vocab) and their argmax. */
+static void outputs(cpu_state *s, const kiln_backend_batch *b) {
+    const kiln_blocks *d = &s->desc;
+    const int E = d->n_embd;
+    int k = 0;
+    for (int t = 0; t < b->n; t++)
+        if (b->rows[t].out != KILN_BK_OUT_NONE)
+            cpu_rmsnorm(s->xo + (size_t)(k++) * E, s->x + (size_t)t * E, d->output_norm->data, E, d->rms_eps);
+    cpu_matmul(s->pool, d->output, s->xo, b->n_out, b->logits, s->scratch);
+    for (k = 0; k < b->n_out; k++) b->argmax[k] = cpu_argmax(b->logits + (size_t)k * d->n_vocab, d->n_vocab);
+}
+
+static kiln_status cpu_forward(void *state, const kiln_backend_batch *b) {
+    cpu_state *s = state;
+    const kiln_blocks *d = &s->desc;
+    const int B = b->n;
+    KILN_ASSERT(B >= 1 && B <= s->cfg.max_batch && b->n_out >= 0 && b->n_out <= s->cfg.max_out);
+    for (int t = 0; t < B; t++) {
+        const kiln_backend_row *r = &b->rows[t];
+        KILN_ASSERT(r->seq >= 0 && r->seq < s->cfg.n_seq && r->pos >= 0 && r->pos < s->cfg.n_ctx);
+        KILN_ASSERT(r->id >= 0 && r->id < d->n_vocab);
+        embed(d->tok_embd, r->id, s->x + (size_t)t * d->n_embd);
+    }
+    for (int il = 0; il < d->n_block; il++) {
+        attn_block(s, &d->blocks[il].attn, il, b->rows, B);
+        ffn_block(s, &d->blocks[il].ffn, B);
+    }
+    if (b->n_out > 0) outputs(s, b);
     return KILN_OK;
 }
 
-static void cpu_reset(void *state) { (void)state; /* positions restart; stale cache rows are overwritten */ }
+static void cpu_reset(void *state, int seq) {
+    (void)state, (void)seq; /* positions restart; stale cache rows are overwritten before they are read */
+}
+
+static uint64_t cpu_kv_bytes_per_seq(const void *state) {
+    const cpu_state *s = state;
+    return (uint64_t)s->kv_per_seq * 2 * sizeof(uint16_t);
+}
 
 const kiln_backend_ops kiln_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
     .forward = cpu_forward,
     .reset = cpu_reset,
+    .kv_bytes_per_seq = cpu_kv_bytes_per_seq,
     .close = cpu_close,
 };

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "backend/cpu/cpu_dot_rows.h"
 #include "base/error.h"
 #include "formats/formats.h"
 
@@ -40,11 +41,14 @@ static void dot_rows(void *ctx, int ith, int nth) {
     kiln_split(j->rows, ith, nth, &lo, &hi);
     const uint8_t *w = (const uint8_t *)j->W->data;
     kiln_vec_dot_fn dot = j->ti->vec_dot_fast ? j->ti->vec_dot_fast : j->ti->vec_dot;
-    for (int r = lo; r < hi; r++) {
-        const uint8_t *wr = w + (size_t)r * j->wrow;
-        for (int b = 0; b < j->B; b++)
-            dot(j->n, &j->out[(size_t)b * j->rows + r], wr, j->qx + (size_t)b * j->qrow);
+    if (j->B == 1) { /* one activation row: the plain dot */
+        for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
+        return;
     }
+    /* each weight row once against all B rows (bit-identical to B single dots) */
+    const cpu_dot_rows_fn rows_fn = cpu_dot_rows_select(dot);
+    for (int r = lo; r < hi; r++)
+        rows_fn(dot, j->n, w + (size_t)r * j->wrow, j->qx, j->qrow, j->B, &j->out[r], (size_t)j->rows);
 }
 
 void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {

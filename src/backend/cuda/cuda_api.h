@@ -55,15 +55,11 @@ typedef struct kiln_cuda_session_info {
 } kiln_cuda_session_info;
 void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
 
-/* Programmatic dependent launch between kernels on sm_90+ (default on), for sessions opened afterwards. */
-void kiln_cuda_set_pdl(bool on);
+/* (PDL and the persistent kernel are session options: kiln_session_options.cuda_no_pdl, cuda_persistent;
+ * for a backend opened directly, the same fields of kiln_backend_config.) */
 
-/* The decode step as one launch of the persistent kernel (cuda_decode_persistent.cu) with at most
- * blocks_per_sm blocks per SM (1 or 2), or kernel by kernel (0, the default); negative: the default.
- * For sessions opened afterwards; open falls back to kernel by kernel where the persistent kernel cannot run. */
-void kiln_cuda_set_persistent(int blocks_per_sm);
-
-/* Decode through the captured graph (default) or by launching the same kernels eagerly. */
+/* Decode through the captured graph (default) or by launching the same kernels eagerly, for an open
+ * state (the session option cuda_no_graph sets it at open). */
 void kiln_cuda_set_use_graph(void *state, bool use_graph);
 
 /* ---- single kernels for the tests (they allocate; never on a hot path) ---- */

@@ -9,7 +9,7 @@
  *
  * Decode (n == 1): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
  * argmax); logits come back only when asked for. The graph holds either the decode kernels one by one
- * (the default) or, with kiln_cuda_set_persistent(1 or 2) before open, one launch of the persistent kernel
+ * (the default) or, with the session option cuda_persistent = 1 or 2, one launch of the persistent kernel
  * (cuda_decode_persistent.cu) over the same steps listed as phases at open. Prefill (n >= 2): the prefill kernels launched
  * eagerly (all loaded and warmed at open), tensor-core GEMMs, causal attention.
  */
@@ -97,6 +97,7 @@ typedef struct cuda_state {
     cudaGraph_t graph;
     cudaGraphExec_t gexec;
     bool use_graph;
+    bool pdl;           /* programmatic dependent launch for this session's kernels */
     int graph_nodes, graph_pdl_edges;
 
     /* the persistent decode kernel (cuda_decode_persistent.cu), when chosen at open */
@@ -136,20 +137,6 @@ typedef struct cuda_state {
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
-
-static bool g_pdl_allowed = true;
-
-extern "C" void kiln_cuda_set_pdl(bool on) { g_pdl_allowed = on; }
-
-/* Off by default: on the H200 it measured no faster than the kernel graph (bench/RESULTS.md, CUDA). */
-#ifndef KILN_CUDA_PERSISTENT_DEFAULT
-#define KILN_CUDA_PERSISTENT_DEFAULT 0
-#endif
-static int g_persistent_bps = KILN_CUDA_PERSISTENT_DEFAULT;
-
-extern "C" void kiln_cuda_set_persistent(int blocks_per_sm) {
-    g_persistent_bps = blocks_per_sm < 0 ? KILN_CUDA_PERSISTENT_DEFAULT : blocks_per_sm > 2 ? 2 : blocks_per_sm;
-}
 
 /* ------------------------------------------------------------------ probe / info */
 
@@ -596,13 +583,13 @@ static int build_phases(cuda_state *s, pd_phase *ph) {
     return n;
 }
 
-/* Chooses the persistent decode kernel when it can run here (kiln_cuda_set_persistent not 0, every layer's
+/* Chooses the persistent decode kernel when it can run here (cfg.cuda_persistent not 0, every layer's
  * Q/K/V and gate/up of one type, cooperative launch, at least one block per SM) and uploads its phases;
  * otherwise the decode step stays kernel by kernel. Says which in decode_path. */
 static kiln_status setup_persistent(cuda_state *s) {
     const kiln_hparams *hp = &s->m->hp;
     s->persistent = false;
-    int bps = g_persistent_bps;
+    int bps = s->cfg.cuda_persistent;
     const char *why = NULL;
     int coop = 0;
     if (bps <= 0) why = "persistent kernel off";
@@ -722,6 +709,8 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: head_dim %d / n_rot %d (need even, head_dim <= 256)", hp->head_dim,
                          hp->n_rot);
     if (cfg->max_batch < 1 || cfg->n_ctx < 2) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda: n_ctx / max_batch too small");
+    if (cfg->n_seq > 1)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "n_seq > 1 is not implemented on the cuda backend yet (n_seq %d)", cfg->n_seq);
     return KILN_OK;
 }
 
@@ -751,7 +740,7 @@ static kiln_status capture_graph(cuda_state *s) {
     return KILN_OK;
 }
 
-static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax);
+static kiln_status forward_seq0(cuda_state *s, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax);
 
 static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *ph, void **out) {
     *out = NULL;
@@ -767,9 +756,10 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory");
     s->m = m;
     s->cfg = *cfg;
-    s->use_graph = true;
+    s->use_graph = !cfg->cuda_no_graph;
     s->n_sm = di.n_sm;
-    ck_set_pdl(g_pdl_allowed && di.cc_major >= 9);
+    s->pdl = !cfg->cuda_no_pdl && di.cc_major >= 9;
+    ck_set_pdl(s->pdl);
     kiln_status st = KILN_OK;
 #define OPEN_TRY(expr)              \
     do {                            \
@@ -919,9 +909,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     {
         int32_t ids[2] = {0, 1 % m->hp.n_vocab}, next = 0;
         const int n = cfg->max_batch >= 2 ? 2 : 1;
-        OPEN_TRY(cuda_forward(s, ids, n, 0, NULL, &next));
-        OPEN_TRY(cuda_forward(s, ids, 1, n, NULL, &next));
-        OPEN_TRY(cuda_forward(s, ids, 1, n + 1 < cfg->n_ctx ? n + 1 : n, s->conv_tmp, NULL));
+        OPEN_TRY(forward_seq0(s, ids, n, 0, NULL, &next));
+        OPEN_TRY(forward_seq0(s, ids, 1, n, NULL, &next));
+        OPEN_TRY(forward_seq0(s, ids, 1, n + 1 < cfg->n_ctx ? n + 1 : n, s->conv_tmp, NULL));
     }
     kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
     *out = s;
@@ -933,8 +923,9 @@ fail:
 #undef OPEN_CU
 }
 
-static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax) {
-    cuda_state *s = (cuda_state *)state;
+/* Runs tokens ids[0..n) of the one sequence at positions pos..; logits / argmax of the last one. */
+static kiln_status forward_seq0(cuda_state *s, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax) {
+    ck_set_pdl(s->pdl); /* eager launches take this session's setting */
     KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && pos >= 0 && pos + n <= s->cfg.n_ctx);
 #ifdef KILN_CUDA_BREAK_GATE
     /* never in a real build: a per-call allocation, to show the first-call gate test failing */
@@ -953,7 +944,7 @@ static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos,
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
     } else {
-        memcpy(s->h_ids, ids, (size_t)n * sizeof(int32_t));
+        if (ids != s->h_ids) memcpy(s->h_ids, ids, (size_t)n * sizeof(int32_t));
         cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
         launch_prefill(s, n, pos, want);
         if (want) cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
@@ -966,10 +957,34 @@ static kiln_status cuda_forward(void *state, const int32_t *ids, int n, int pos,
     return KILN_OK;
 }
 
-static void cuda_reset(void *state) { (void)state; /* positions restart; stale cache rows are never read */ }
+/* The backend's forward for n_seq == 1: the rows are consecutive positions of sequence 0, and only the
+ * last row may ask for an output (the batched paths come with n_seq > 1). */
+static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
+    cuda_state *s = (cuda_state *)state;
+    const int n = b->n;
+    const kiln_backend_row *last = &b->rows[n - 1];
+    if (b->n_out > 1 || (b->n_out == 1 && last->out == KILN_BK_OUT_NONE))
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: an output on a row other than the last is not implemented yet");
+    for (int i = 0; i < n; i++) {
+        KILN_ASSERT(b->rows[i].seq == 0 && b->rows[i].pos == b->rows[0].pos + i);
+        s->h_ids[i] = b->rows[i].id;
+    }
+    float *logits = b->n_out && last->out == KILN_BK_OUT_LOGITS ? b->logits : NULL;
+    int32_t *argmax = b->n_out ? b->argmax : NULL;
+    return forward_seq0(s, s->h_ids, n, b->rows[0].pos, logits, argmax);
+}
+
+static void cuda_reset(void *state, int seq) {
+    (void)state, (void)seq; /* positions restart; stale cache rows are never read */
+}
+
+static uint64_t cuda_kv_bytes_per_seq(const void *state) {
+    const cuda_state *s = (const cuda_state *)state;
+    return (uint64_t)s->m->hp.n_layer * (uint64_t)s->cfg.n_ctx * (uint64_t)s->KV * 2 * sizeof(__half);
+}
 
 static const kiln_backend_ops cuda_ops = {
-    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_close,
+    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
 };
 
 extern "C" const kiln_backend_ops *kiln_backend_cuda(void) { return &cuda_ops; }

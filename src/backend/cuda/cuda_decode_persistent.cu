@@ -22,7 +22,7 @@
  *
  * Status: correct (bit-identical to the per-kernel path in the tests) but measured no faster on the H200
  * (bench/RESULTS.md, CUDA): the step is bound by the latency inside each phase, not by kernel boundaries.
- * Off by default; kiln_cuda_set_persistent(1 or 2) before open turns it on.
+ * Off by default; the session option cuda_persistent = 1 or 2 turns it on.
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"

@@ -226,7 +226,8 @@ static const struct {
     {(const void *)k_repack, "repack"},
 };
 
-static bool g_pdl = false;
+/* per thread, set from the session at the start of each of its calls (no process-wide state) */
+static thread_local bool g_pdl = false;
 void ck_set_pdl(bool on) { g_pdl = on; }
 
 /* Launches k with the programmatic-serialization attribute when PDL is on (and `pdl` for this launch). */

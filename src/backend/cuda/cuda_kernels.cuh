@@ -93,7 +93,8 @@ size_t ck_matvec_smem(int n);
 cudaError_t ck_set_matvec_smem(size_t bytes);
 /* Shared memory of one attention item (what the persistent kernel needs besides the matvec input). */
 size_t ck_attention_smem(void);
-/* Programmatic dependent launch between consecutive kernels (sm_90 and newer); off by default. */
+/* Programmatic dependent launch between consecutive kernels (sm_90 and newer) for launches from this
+ * thread (each session sets its own before launching); off by default. */
 void ck_set_pdl(bool on);
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);

@@ -1,0 +1,160 @@
+/*
+ * bench_seqs.c — `kiln bench --seqs`: one session with n_seq = the largest k; for each k and each
+ * repetition, reset, prefill k sequences with P tokens each (kiln_seq_prefill), then N greedy decode steps
+ * of all k together (one kiln_batch of k rows per step). Reports per k the median step time over every
+ * step of every repetition and from it the aggregate decode tok/s (k / step) and per-sequence tok/s (the
+ * median resists the preemption spikes of a shared machine; the mean step is printed beside it), and the
+ * first step of size k in this process against the median step (the first-call penalty per batch size).
+ */
+#include "cli/bench_seqs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+#define TRY(expr) \
+    do { kiln_status st_ = (expr); if (st_ != KILN_OK) return st_; } while (0)
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v). */
+static uint64_t median(uint64_t *v, long n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+bool bench_parse_seqs(const char *s, bench_seqs_args *a) {
+    a->n_ks = 0;
+    while (*s) {
+        char *end;
+        long k = strtol(s, &end, 10);
+        if (end == s || k < 1 || k > 256 || (*end && *end != ',') || a->n_ks == BENCH_MAX_KS) {
+            fprintf(stderr, "kiln bench: --seqs wants a list like 1,2,4,8 (each 1..256, at most %d)\n", BENCH_MAX_KS);
+            return false;
+        }
+        a->ks[a->n_ks++] = (int)k;
+        s = *end ? end + 1 : end;
+    }
+    if (!a->n_ks) fprintf(stderr, "kiln bench: --seqs is empty\n");
+    return a->n_ks > 0;
+}
+
+typedef struct seq_result {
+    int k;
+    uint64_t prefill_ns, decode_ns, step_ns, mean_step_ns, first_step_ns;
+} seq_result;
+
+/* One k: R repetitions; medians into *r. prompt: P ids; scratch: rows/out of k, times of R*N steps. */
+static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const int32_t *prompt, seq_result *r,
+                         kiln_batch_row *rows, kiln_batch_output *out, uint64_t *pre, uint64_t *dec, uint64_t *steps) {
+    r->k = k;
+    for (long rep = 0; rep < a->R; rep++) {
+        for (int q = 0; q < k; q++) TRY(kiln_seq_reset(s, q));
+        uint64_t t0 = now_ns();
+        for (int q = 0; q < k; q++) TRY(kiln_seq_prefill(s, q, prompt, (size_t)a->P, NULL));
+        uint64_t t1 = now_ns();
+        for (int q = 0; q < k; q++) rows[q] = (kiln_batch_row){.seq = q, .id = prompt[(q * 7) % a->P], .out = KILN_OUT_ARGMAX};
+        for (long g = 0; g < a->N; g++) {
+            uint64_t ts = now_ns();
+            TRY(kiln_batch(s, rows, (size_t)k, out, (size_t)k, NULL));
+            steps[rep * a->N + g] = now_ns() - ts;
+            for (int q = 0; q < k; q++) rows[q].id = out[q].id;
+        }
+        pre[rep] = t1 - t0;
+        dec[rep] = now_ns() - t1;
+    }
+    r->first_step_ns = a->N ? steps[0] : 0;
+    r->prefill_ns = median(pre, a->R);
+    uint64_t total = 0;
+    for (long rep = 0; rep < a->R; rep++) total += dec[rep];
+    r->mean_step_ns = a->N ? total / (uint64_t)(a->R * a->N) : 0;
+    r->decode_ns = median(dec, a->R);
+    r->step_ns = a->N ? median(steps, a->R * a->N) : 0;
+    return KILN_OK;
+}
+
+static void print_results(const bench_seqs_args *a, kiln_session *s, const seq_result *res) {
+    const double base = res[0].step_ns ? res[0].k / (res[0].step_ns / 1e9) : 0;
+    if (a->json) {
+        printf("{\"model\":");
+        cli_json_str(stdout, a->model, strlen(a->model));
+        printf(",\"backend\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"seqs\":[",
+               kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, a->R);
+        for (int i = 0; i < a->n_ks; i++) {
+            const seq_result *r = &res[i];
+            const double agg = r->step_ns ? r->k / (r->step_ns / 1e9) : 0;
+            printf("%s{\"k\":%d,\"prefill_median_ns\":%llu,\"decode_median_ns\":%llu,\"step_median_ns\":%llu,"
+                   "\"step_mean_ns\":%llu,\"first_step_ns\":%llu,\"decode_tok_s\":%.1f,\"per_seq_tok_s\":%.1f,"
+                   "\"ratio_to_first_k\":%.3f}",
+                   i ? "," : "", r->k, (unsigned long long)r->prefill_ns, (unsigned long long)r->decode_ns,
+                   (unsigned long long)r->step_ns, (unsigned long long)r->mean_step_ns,
+                   (unsigned long long)r->first_step_ns, agg, agg / r->k, base ? agg / base : 0.0);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("%s · %s · %d threads · prompt %ld, %ld decode steps, %ld reps (medians)\n", a->model,
+           kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, a->R);
+    printf("%5s %12s %12s %10s %10s %12s %12s %8s\n", "k", "decode tok/s", "per-seq t/s", "step ms", "mean ms",
+           "first step", "prefill ms", "ratio");
+    for (int i = 0; i < a->n_ks; i++) {
+        const seq_result *r = &res[i];
+        const double agg = r->step_ns ? r->k / (r->step_ns / 1e9) : 0;
+        printf("%5d %12.1f %12.1f %10.3f %10.3f %9.3f ms %12.2f %7.2fx\n", r->k, agg, agg / r->k, r->step_ns / 1e6,
+               r->mean_step_ns / 1e6, r->first_step_ns / 1e6, r->prefill_ns / 1e6, base ? agg / base : 0.0);
+    }
+    printf("tok/s from the median step; first step: the first kiln_batch of k rows in this process\n");
+}
+
+int bench_seqs(const bench_seqs_args *a) {
+    int max_k = 0;
+    for (int i = 0; i < a->n_ks; i++) max_k = a->ks[i] > max_k ? a->ks[i] : max_k;
+    kiln_session_options o = {.n_ctx = (int)(a->P + a->N + 1), .n_threads = (int)a->threads, .n_seq = max_k,
+                              .max_batch = (int)(a->P > max_k ? a->P : max_k), .device = a->device};
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    if (kiln_model_open(a->model, &m) != KILN_OK || kiln_session_open(m, &o, &s) != KILN_OK) {
+        cli_error("bench", "%s", kiln_last_error());
+        kiln_model_close(m);
+        return 1;
+    }
+    kiln_model_info mi;
+    kiln_model_get_info(m, &mi);
+    int32_t *prompt = malloc(sizeof *prompt * (size_t)a->P);
+    kiln_batch_row *rows = calloc((size_t)max_k, sizeof *rows);
+    kiln_batch_output *out = calloc((size_t)max_k, sizeof *out);
+    uint64_t *pre = calloc((size_t)a->R, 8), *dec = calloc((size_t)a->R, 8), *steps = calloc((size_t)(a->R * a->N + 1), 8);
+    seq_result res[BENCH_MAX_KS];
+    int rc = 1;
+    if (!prompt || !rows || !out || !pre || !dec || !steps) { cli_error("bench", "out of memory"); goto done; }
+    uint64_t x = 12345;
+    for (long i = 0; i < a->P; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((x >> 33) % (uint64_t)mi.n_vocab);
+    }
+    if (mi.bos_id >= 0) prompt[0] = mi.bos_id;
+    for (int i = 0; i < a->n_ks; i++)
+        if (run_k(s, a, a->ks[i], prompt, &res[i], rows, out, pre, dec, steps) != KILN_OK) {
+            cli_error("bench", "%s", kiln_last_error());
+            goto done;
+        }
+    print_results(a, s, res);
+    rc = 0;
+done:
+    free(prompt), free(rows), free(out), free(pre), free(dec), free(steps);
+    kiln_session_close(s);
+    kiln_model_close(m);
+    return rc;
+}
