@@ -106,7 +106,7 @@ static double teacher_forced(const char *model, kiln_device dev, double min_cos)
 }
 
 TEST(archs_cpu_teacher_forced_logits_match_llamacpp) {
-    static const char *models[] = {"tiny-llama-rope-freqs", "tiny-qwen2", "tiny-qwen3"};
+    static const char *models[] = {"tiny-llama-rope-freqs", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) teacher_forced(models[i], KILN_DEVICE_CPU, 0.9999);
 }
 

@@ -699,6 +699,10 @@ static void cuda_close(void *state) {
 
 static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
     const kiln_hparams *hp = &m->hp;
+    if (hp->n_expert)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s has mixture-of-experts layers (%d experts, %d "
+                         "used), which the CUDA backend does not run yet (use --device cpu)", hp->arch, hp->n_expert,
+                         hp->n_expert_used);
     if (hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s (neox rope / qkv bias / qk-norm) is not supported "
                          "by the CUDA backend yet", hp->arch);
