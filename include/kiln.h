@@ -129,7 +129,8 @@ typedef struct kiln_session kiln_session;
 /* Opens a session: picks the backend, allocates and touches every buffer for n_seq sequences of n_ctx
  * positions, prepares the weights, loads every kernel, runs a warm pass over the batch shapes (a mixed
  * prefill + decode step, decode steps of 1, 2, 4, ... sequences), then resets KV cache and counters.
- * n_seq > 1 is not implemented on the CUDA backend yet (KILN_ERR_UNSUPPORTED; auto picks the CPU).
+ * On CUDA, one row runs its sequence's captured decode graph (one graph per sequence); larger batches run
+ * eagerly through kernels loaded at open.
  * Sessions are independent: two of them (one model or two) may run at once from different threads; one
  * session is used by one thread at a time. Every session call given a NULL session returns
  * KILN_ERR_INVALID_ARG; the getters return 0 (kiln_session_n_past and kiln_seq_n_past -1, backend "") and
@@ -239,14 +240,29 @@ typedef struct kiln_sampler_params {
 /* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 over 64. */
 kiln_sampler_params kiln_sampler_defaults(void);
 
+/* Validates p (temperature <= 100, top-p and min-p in 0..1, repeat penalty in (0, 10], presence and
+ * frequency penalties in -2..2, repeat-last-n in 0..2^20; the message names the field) and allocates every
+ * buffer that sampling over n_vocab ids needs. */
 kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out);
 void kiln_sampler_close(kiln_sampler *s);
-/* Picks the next id from logits (n_vocab floats); does not allocate. -1 when s or logits is NULL
- * (kiln_sampler_accept / reset / close with a NULL sampler do nothing). */
+/* Picks the next id from logits (n_vocab floats, not modified); does not allocate; -1 when s or logits is NULL
+ * (kiln_sampler_accept / reset / close with a NULL sampler do nothing). The penalties apply first
+ * (llama.cpp's order: repeat, then frequency * count + presence), then greedy or top-k -> top-p -> min-p ->
+ * temperature -> draw. */
 int32_t kiln_sample(kiln_sampler *s, const float *logits);
 /* Records an id in the repetition window (prompt and generated tokens). */
 void kiln_sampler_accept(kiln_sampler *s, int32_t id);
 void kiln_sampler_reset(kiln_sampler *s);
+/* What OpenAI's logprobs report, for the distribution of the last kiln_sample call: the log-softmax at
+ * temperature 1 of that call's logits after the penalties (before top-k, top-p, min-p and temperature),
+ * over the whole vocabulary. The logits passed to that call must still be valid (the session not called
+ * since); kiln_sampler_accept in between is fine. Neither allocates.
+ * kiln_sampler_top writes the min(n, n_vocab) most likely ids, most likely first (ties: lower id first), and
+ * their logprobs; returns that count (0 before any kiln_sample since open / reset, or for n <= 0).
+ * kiln_sampler_logprob returns one id's logprob (e.g. the chosen token's); NAN before any kiln_sample or
+ * for an id outside the vocabulary. */
+int kiln_sampler_top(kiln_sampler *s, int n, int32_t *ids, float *logprobs);
+float kiln_sampler_logprob(kiln_sampler *s, int32_t id);
 
 /* ---------------------------------------------------------------- chat */
 

@@ -1,16 +1,27 @@
 #!/bin/sh
 # Installs the Debian packages kiln builds against, when they are missing (needs root and apt).
-# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON).
-# Tests: python3-jinja2 (chat-template reference), clang + libclang-rt (libFuzzer), when available.
+# Run by `make run` / `make bench` (build packages) and, with --test, by `make test` / `make fuzz`; never by
+# plain `make` or `make install`.
+# Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
+# (line editing in `kiln chat`).
+# --test adds: python3-jinja2 (chat-template reference), gcc-aarch64-linux-gnu (the cross-compile check),
+# and clang's libFuzzer runtime where clang exists (optional).
 set -e
+tests=no
+[ "$1" = "--test" ] && tests=yes
 need=""
 [ -f /usr/include/pcre2.h ] || need="$need libpcre2-dev"
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
+[ -f /usr/include/editline/readline.h ] || need="$need libedit-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v cc >/dev/null 2>&1 || need="$need gcc"
-# the chat-template tests compare with Python's jinja2: Debian's package, unless a python3 on PATH has it
-if ! python3 -c 'import jinja2' >/dev/null 2>&1 && ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then
-    need="$need python3-jinja2"
+if [ $tests = yes ]; then
+    # the chat-template tests compare with Python's jinja2: Debian's package, unless a python3 on PATH has it
+    if ! python3 -c 'import jinja2' >/dev/null 2>&1 && ! /usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1; then
+        need="$need python3-jinja2"
+    fi
+    # `make cross-aarch64` (part of make test): the portable kernels compile and link for arm64
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
 fi
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
@@ -20,7 +31,7 @@ if [ -n "$need" ]; then
     $SUDO apt-get install -y -qq $need >/dev/null
 fi
 # Optional: the libFuzzer runtime for `make fuzz`, only where clang exists; never fails the script.
-if command -v clang >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+if [ $tests = yes ] && command -v clang >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     probe=$(mktemp -d 2>/dev/null || echo /tmp/kiln-fuzz-probe.$$)
     mkdir -p "$probe"
     echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return (int)(d[0] + n) * 0; }' > "$probe/p.c"

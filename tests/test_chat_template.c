@@ -22,8 +22,8 @@
 #include "gguf/gguf.h"
 #include "jinja_ref.h"
 #include "test.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/jinja.h"
+#include "chat/chat.h"
+#include "chat/jinja.h"
 
 #define NOW JINJA_REF_NOW
 
@@ -190,7 +190,7 @@ static bool plain_conversation(json_t *vars) {
     return true;
 }
 
-static kiln_status render_plain(const kiln_chat_template *t, json_t *vars, char **out, size_t *len) {
+static kiln_status render_plain(const kiln_chat_template *t, json_t *vars, char **out, size_t *len, uint8_t **mask) {
     json_t *msgs = json_object_get(vars, "messages");
     size_t n = json_array_size(msgs);
     kiln_chat_message *m = calloc(n ? n : 1, sizeof *m);
@@ -203,10 +203,23 @@ static kiln_status render_plain(const kiln_chat_template *t, json_t *vars, char 
         .bos_token = json_string_value(json_object_get(vars, "bos_token")),
         .eos_token = json_string_value(json_object_get(vars, "eos_token")),
         .now = NOW,
+        .content_mask = mask,
     };
     kiln_status st = kiln_chat_render(t, m, n, &o, out, len);
     free(m);
     return st;
+}
+
+/* Renders again with content tracking on (what kiln_chat_tokenize does): the text must be the same. */
+static bool tracked_render_same(const kiln_chat_template *t, json_t *vars, bool plain, const char *text, size_t len) {
+    char *out = NULL;
+    uint8_t *mask = NULL;
+    size_t n = 0;
+    kiln_status st = plain ? render_plain(t, vars, &out, &n, &mask) : kiln_chat_render_vars_marked(t, vars, NOW, &out, &n, &mask);
+    bool same = st == KILN_OK && mask && n == len && !memcmp(out, text, len);
+    kiln_free(out);
+    kiln_free(mask);
+    return same;
 }
 
 TEST(chat_template_matches_jinja2) {
@@ -228,7 +241,7 @@ TEST(chat_template_matches_jinja2) {
     if (!res) { json_decref(jobs); json_decref(convs); free(tf); return; }
     REQUIRE(json_array_size(res) == json_array_size(jobs));
 
-    int identical = 0, identical_published = 0, required_n = 0, required_ok = 0;
+    int identical = 0, identical_published = 0, required_n = 0, required_ok = 0, tracked_differ = 0;
     for (int i = 0; i < n_t; i++) {
         bool required = is_required(tf[i].name);
         required_n += required;
@@ -248,8 +261,12 @@ TEST(chat_template_matches_jinja2) {
             char *out = NULL;
             size_t out_len = 0;
             kiln_status st = pst;
-            if (t) st = plain_conversation(vars) ? render_plain(t, vars, &out, &out_len)
-                                                 : kiln_chat_render_vars(t, vars, NOW, &out, &out_len);
+            bool plain = plain_conversation(vars);
+            if (t) st = plain ? render_plain(t, vars, &out, &out_len, NULL) : kiln_chat_render_vars(t, vars, NOW, &out, &out_len);
+            if (st == KILN_OK && !tracked_render_same(t, vars, plain, out, out_len)) {
+                tracked_differ++;
+                CHECKF(0, "%s [%s]: the render with content tracking differs", tf[i].name, cname);
+            }
             const char *kerr = st == KILN_OK ? NULL : (pst != KILN_OK ? parse_err : kiln_last_error());
             if (py_ok && st == KILN_OK) {
                 json_t *txt = json_object_get(r, "text");
@@ -286,8 +303,9 @@ TEST(chat_template_matches_jinja2) {
             required_ok += all && same > 0;
         }
     }
-    printf("  chat templates identical to jinja2: %d/%d published, %d/%d all (%d conversations each; required %d/%d)\n",
-           identical_published, n_published, identical, n_t, (int)n_conv, required_ok, required_n);
+    printf("  chat templates identical to jinja2: %d/%d published, %d/%d all (%d conversations each; required %d/%d); "
+           "%d renders differ with content tracking\n",
+           identical_published, n_published, identical, n_t, (int)n_conv, required_ok, required_n, tracked_differ);
     CHECKF(required_n >= 16, "expected at least 16 required templates, found %d", required_n);
     CHECKF(identical_published >= MIN_IDENTICAL_PUBLISHED, "only %d published templates identical (floor %d)", identical_published,
            MIN_IDENTICAL_PUBLISHED);
@@ -333,6 +351,10 @@ TEST(chat_template_random_conversations_match_jinja2) {
             char *text = NULL;
             size_t len = 0;
             kiln_status st = t ? kiln_chat_render_vars(t, json_array_get(convs, c), NOW, &text, &len) : pst;
+            if (st == KILN_OK && !tracked_render_same(t, json_array_get(convs, c), false, text, len)) {
+                differ++;
+                CHECKF(0, "%s, random conversation %zu: the render with content tracking differs", tf[i].name, c);
+            }
             const char *ref = json_string_value(json_object_get(r, "text"));
             if (py_ok && st == KILN_OK && json_string_length(json_object_get(r, "text")) == len && !memcmp(ref, text, len)) same++;
             else if (!py_ok && st != KILN_OK) both_err++;

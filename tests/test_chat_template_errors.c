@@ -16,8 +16,8 @@
 #include "gguf/gguf.h"
 #include "jinja_ref.h"
 #include "test.h"
-#include "tokenizer/chat.h"
-#include "tokenizer/jinja.h"
+#include "chat/chat.h"
+#include "chat/jinja.h"
 
 #define NOW JINJA_REF_NOW
 

@@ -121,8 +121,11 @@ TEST(cpu_dot_rows_bit_identical_to_single_dots) {
         for (int ny = 1; ny <= MAXR; ny++) {
             float want[MAXR * 3], got[MAXR * 3], ref[MAXR * 3];
             for (int r = 0; r < ny; r++) ti->vec_dot_fast(N, &want[r * 3], w, y[r]);
-            fast(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, got, 3);
-            cpu_dot_rows_ref(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, ref, 3);
+            float yd[MAXR][N / 32];
+            for (int r = 0; r < ny; r++)
+                for (int ib = 0; ib < N / 32; ib++) yd[r][ib] = kiln_f16_to_f32(((const block_q8_0 *)y[r])[ib].d);
+            fast(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, yd[0], got, 3);
+            cpu_dot_rows_ref(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, NULL, ref, 3);
             for (int r = 0; r < ny; r++) {
                 CHECKF(!memcmp(&want[r * 3], &got[r * 3], sizeof(float)), "round %d ny %d row %d: %.9g vs %.9g", round,
                        ny, r, want[r * 3], got[r * 3]);

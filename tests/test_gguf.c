@@ -482,8 +482,12 @@ TEST(gguf_fuzz_smoke_30s) {
         test_skip("%s not built (needs clang with the libFuzzer runtime: make fuzz)", fuzzer);
         return;
     }
-    corpus_dir = "fuzz/corpus"; /* git-ignored; libFuzzer adds what it finds here */
-    REQUIRE(system("mkdir -p fuzz/corpus") == 0);
+    /* everything the fuzzer writes (the corpus it grows, crash artifacts) stays under build/, never in
+     * the checkout; the listing of fuzz/ before and after proves it */
+    char *before = NULL, *after = NULL;
+    REQUIRE(test_run_cmd("ls -a fuzz", &before) == 0);
+    corpus_dir = "build/fuzz/corpus";
+    REQUIRE(system("mkdir -p build/fuzz/corpus build/fuzz/artifacts") == 0);
     n_seeds = 0;
     REQUIRE(nftw(test_shared("models"), seed_one, 16, FTW_PHYS) == 0);
     REQUIRE(nftw(test_shared("quant"), seed_one, 16, FTW_PHYS) == 0);
@@ -491,8 +495,12 @@ TEST(gguf_fuzz_smoke_30s) {
     char cmd[1024], log[600];
     snprintf(log, sizeof log, "%s/fuzz.log", test_tmpdir());
     snprintf(cmd, sizeof cmd, "%s -max_total_time=30 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "
-             "%s > %s 2>&1", fuzzer, corpus_dir, log);
+             "-artifact_prefix=build/fuzz/artifacts/ %s > %s 2>&1", fuzzer, corpus_dir, log);
     int rc = system(cmd);
+    REQUIRE(test_run_cmd("ls -a fuzz", &after) == 0);
+    CHECKF(before && after && !strcmp(before, after), "the fuzz run changed fuzz/:\nbefore:\n%s\nafter:\n%s", before, after);
+    free(before);
+    free(after);
     char *text = test_read_file(log, NULL);
     REQUIRE(text);
     const char *done = strstr(text, "stat::number_of_executed_units:");

@@ -118,3 +118,439 @@ TEST(sample_params_are_validated) {
     p = kiln_sampler_defaults();
     CHECK_EQ_INT(kiln_sampler_open(&p, 0, &s), KILN_ERR_INVALID_ARG);
 }
+
+/* ------------------------------------------------------------------ one-pass sampler vs the reference */
+
+#include <stdlib.h>
+
+#include "base/timing.h"
+#include "formats/formats.h"
+#include "sample/sample_internal.h"
+#include "sample_ref.h"
+
+/* Random logits of a few shapes: 0 normal * scale, 1 quantized to halves (many exact ties), 2 normal plus a
+ * few spikes (peaked), 3 normal with some -inf (masked ids), 4 a ladder 0, -6, -12, ... (scale unused). */
+static void fill_logits(float *x, int n, int shape, float scale, uint64_t *rng) {
+    for (int i = 0; i < n; i++) x[i] = test_rand_normal(rng) * scale;
+    if (shape == 1)
+        for (int i = 0; i < n; i++) x[i] = floorf(x[i] * 2.0f) / 2.0f;
+    if (shape == 2)
+        for (int i = 0; i < 5 && i < n; i++) x[test_rand_u64(rng) % (uint64_t)n] += 6.0f + (float)i * 2.0f;
+    if (shape == 3)
+        for (int i = 0; i < n / 8; i++) x[test_rand_u64(rng) % (uint64_t)n] = -INFINITY;
+    if (shape == 4) /* a ladder of exact multiples of 6 below 0: ids sit on the sampler's band boundaries */
+        for (int i = 0; i < n; i++) x[i] = -6.0f * (float)(test_rand_u64(rng) % 4) * (i % 5 ? 1.0f : 2.0f);
+}
+
+typedef struct mix { const char *name; kiln_sampler_params p; } mix;
+
+static kiln_sampler_params mkp(float temp, int k, float top_p, float min_p) {
+    kiln_sampler_params p = kiln_sampler_defaults();
+    p.temperature = temp;
+    p.top_k = k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    return p;
+}
+
+static int make_mixes(mix *m, int n_vocab) {
+    int n = 0;
+    m[n++] = (mix){"greedy", mkp(0.0f, 40, 0.95f, 0.05f)};
+    m[n++] = (mix){"defaults", kiln_sampler_defaults()};
+    m[n++] = (mix){"t1 top-p 0.9 k off", mkp(1.0f, 0, 0.9f, 0.0f)};
+    m[n++] = (mix){"t0.7 only", mkp(0.7f, 0, 1.0f, 0.0f)};
+    m[n++] = (mix){"t3 only", mkp(3.0f, 0, 1.0f, 0.0f)};
+    m[n++] = (mix){"min-p 0.1 t1.2", mkp(1.2f, 0, 1.0f, 0.1f)};
+    m[n++] = (mix){"top-p 0.9 min-p 0.05", mkp(1.0f, 0, 0.9f, 0.05f)};
+    m[n++] = (mix){"top-p 0.999 t1.5", mkp(1.5f, 0, 0.999f, 0.0f)};
+    m[n++] = (mix){"k1000 top-p 0.5 t1.5", mkp(1.5f, 1000, 0.5f, 0.0f)};
+    m[n++] = (mix){"k >= vocab top-p 0.8", mkp(0.9f, n_vocab + 5, 0.8f, 0.0f)};
+    kiln_sampler_params p = mkp(1.0f, 0, 0.9f, 0.0f);
+    p.repeat_penalty = 1.3f, p.presence_penalty = 0.7f, p.frequency_penalty = 0.4f, p.repeat_last_n = 32;
+    m[n++] = (mix){"penalties top-p 0.9", p};
+    p = mkp(0.9f, 0, 1.0f, 0.02f);
+    p.repeat_penalty = 0.8f, p.presence_penalty = -1.5f, p.frequency_penalty = -0.5f, p.repeat_last_n = 16;
+    m[n++] = (mix){"negative penalties min-p", p};
+    p = kiln_sampler_defaults();
+    p.repeat_penalty = 1.1f, p.frequency_penalty = 2.0f, p.repeat_last_n = 64;
+    m[n++] = (mix){"penalties defaults", p};
+    p = mkp(0.0f, 0, 1.0f, 0.0f);
+    p.repeat_penalty = 1.5f, p.presence_penalty = 1.0f, p.repeat_last_n = 8;
+    m[n++] = (mix){"penalties greedy", p};
+    return n;
+}
+
+/* A window that mixes the largest logits (so that penalties change the outcome) and random ids. */
+static void accept_window(kiln_sampler *a, ref_sampler *b, const float *x, int n, uint64_t *rng) {
+    int best = 0;
+    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
+    for (int i = 0; i < 12; i++) {
+        const int32_t id = i % 3 == 0 ? best : (int32_t)(test_rand_u64(rng) % (uint64_t)n);
+        kiln_sampler_accept(a, id);
+        ref_sampler_accept(b, id);
+    }
+}
+
+/* Draws `draws` ids from both samplers on the same logits (accepting each into both windows); returns the
+ * number of calls whose ids differ. */
+static int compare_runs(const kiln_sampler_params *p, const float *x, int n, int draws, uint64_t *rng) {
+    kiln_sampler *a;
+    if (kiln_sampler_open(p, n, &a) != KILN_OK) { CHECKF(0, "open: %s", kiln_last_error()); return 1; }
+    ref_sampler *b = ref_sampler_open(p, n);
+    accept_window(a, b, x, n, rng);
+    int diff = 0;
+    for (int d = 0; d < draws; d++) {
+        const int32_t ia = kiln_sample(a, x), ib = ref_sample(b, x);
+        diff += ia != ib;
+        kiln_sampler_accept(a, ia);
+        ref_sampler_accept(b, ib);
+    }
+    kiln_sampler_close(a);
+    ref_sampler_close(b);
+    return diff;
+}
+
+TEST(sample_same_seed_same_ids_as_reference) {
+    static const int sizes[] = {1, 2, 3, 63, 64, 65, 127, 1000, 4099, 32000, 49152, 151936};
+    static const float scales[] = {0.05f, 1.0f, 3.0f, 8.0f};
+    float *x = malloc(151936 * sizeof *x);
+    uint64_t rng = 42;
+    mix m[16];
+    long calls = 0, diffs = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int n = sizes[si], big = n >= 32000;
+        const int nm = make_mixes(m, n);
+        for (int shape = 0; shape < (big ? 4 : 5); shape++)
+            for (size_t sc = 0; sc < (shape == 4 ? 1 : sizeof scales / sizeof *scales); sc += big ? 2 : 1) {
+                fill_logits(x, n, shape, scales[sc], &rng);
+                for (int mi = 0; mi < nm; mi++) {
+                    m[mi].p.seed = test_rand_u64(&rng);
+                    const int draws = big ? 1 : 12, d = compare_runs(&m[mi].p, x, n, draws, &rng);
+                    CHECKF(d == 0, "vocab %d shape %d scale %g mix '%s': %d of %d ids differ", n, shape,
+                           (double)scales[sc], m[mi].name, d, draws);
+                    calls += draws;
+                    diffs += d;
+                }
+            }
+    }
+    printf("    %ld calls compared, %ld differ\n", calls, diffs);
+    free(x);
+}
+
+/* Chi-squared of `draws` ids from kiln_sample against the reference's exact distribution (bins with
+ * expectation < 5 pooled); an id outside the reference's support fails at once. */
+static void check_distribution(const char *name, const kiln_sampler_params *p, const float *x, int n, int draws,
+                               const int32_t *window, int n_window) {
+    kiln_sampler *s;
+    REQUIRE_OK(kiln_sampler_open(p, n, &s));
+    ref_sampler *r = ref_sampler_open(p, n);
+    for (int i = 0; i < n_window; i++) {
+        kiln_sampler_accept(s, window[i]);
+        ref_sampler_accept(r, window[i]);
+    }
+    double *prob = calloc((size_t)n, sizeof *prob);
+    int *count = calloc((size_t)n, sizeof *count);
+    ref_sample_distribution(r, x, prob);
+    int outside = 0;
+    const uint64_t t0 = kiln_now_ns();
+    for (int d = 0; d < draws; d++) {
+        const int32_t id = kiln_sample(s, x);
+        if (id < 0 || id >= n || prob[id] == 0.0) outside++;
+        else count[id]++;
+    }
+    double chi2 = 0.0, pool_e = 0.0, pool_o = 0.0, support = 0.0;
+    int df = -1, kept = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = prob[i] * draws;
+        kept += prob[i] > 0;
+        support += prob[i];
+        if (e >= 5.0) { chi2 += (count[i] - e) * (count[i] - e) / e; df++; }
+        else { pool_e += e; pool_o += count[i]; }
+    }
+    if (pool_e > 0.0) { chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5.0 ? pool_e : 5.0); df++; }
+    const double limit = df + 6.0 * sqrt(2.0 * (df > 1 ? df : 1)) + 10.0;
+    printf("    %-26s %5d kept  chi2 %8.1f  df %5d  limit %8.1f  (%.0f us per call)\n", name, kept, chi2, df, limit,
+           (double)(kiln_now_ns() - t0) / 1e3 / draws);
+    CHECKF(outside == 0, "%s: %d draws outside the reference's support", name, outside);
+    CHECKF(fabs(support - 1.0) < 1e-5, "%s: reference mass %g", name, support);
+    CHECKF(chi2 <= limit, "%s: chi2 %.1f > %.1f (df %d)", name, chi2, limit, df);
+    free(prob);
+    free(count);
+    ref_sampler_close(r);
+    kiln_sampler_close(s);
+}
+
+TEST(sample_distribution_matches_reference) {
+    const int n = 5000;
+    float *x = malloc(151936 * sizeof *x);
+    uint64_t rng = 7;
+    fill_logits(x, n, 0, 2.0f, &rng);
+    int32_t window[24];
+    for (int i = 0; i < 24; i++) window[i] = i < 8 ? 0 : (int32_t)(test_rand_u64(&rng) % 64);
+    int best = 0;
+    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
+    for (int i = 0; i < 8; i++) window[i] = best;
+    kiln_sampler_params p = mkp(1.0f, 0, 0.9f, 0.0f);
+    p.seed = 1;
+    check_distribution("t1 top-p 0.9 k off", &p, x, n, 10000, NULL, 0);
+    p = mkp(1.0f, 0, 1.0f, 0.05f);
+    check_distribution("min-p 0.05 only", &p, x, n, 10000, NULL, 0);
+    p = mkp(0.7f, 0, 1.0f, 0.0f);
+    check_distribution("t0.7 only", &p, x, n, 10000, NULL, 0);
+    p = kiln_sampler_defaults();
+    check_distribution("defaults", &p, x, n, 10000, NULL, 0);
+    p = mkp(1.0f, 0, 0.9f, 0.0f);
+    p.repeat_penalty = 1.2f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f, p.repeat_last_n = 24;
+    check_distribution("penalties top-p 0.9", &p, x, n, 10000, window, 24);
+    p.presence_penalty = -1.0f, p.frequency_penalty = -0.5f, p.repeat_penalty = 0.9f;
+    check_distribution("negative penalties", &p, x, n, 10000, window + 8, 16); /* not the best id */
+    fill_logits(x, 151936, 0, 3.0f, &rng);
+    p = mkp(1.0f, 0, 0.9f, 0.0f);
+    check_distribution("151936: t1 top-p 0.9", &p, x, 151936, 2000, NULL, 0);
+    free(x);
+}
+
+TEST(sample_kernels_match_scalar_reference) {
+    if (!kiln_cpu_has_avx2()) { test_skip("no AVX2 on this CPU"); return; }
+    enum { NB = 37, N = NB * SAMPLE_BLOCK };
+    static float x[N];
+    uint64_t rng = 3;
+    for (int round = 0; round < 20; round++) {
+        const float scale = round < 10 ? 3.0f : 40.0f;
+        for (int i = 0; i < N; i++) x[i] = test_rand_normal(&rng) * scale;
+        if (round % 3 == 0) x[test_rand_u64(&rng) % N] = -INFINITY;
+        float bm_ref[NB], bm_fast[NB];
+        sample_block_max_ref(x, NB, bm_ref);
+        sample_block_max_avx2(x, NB, bm_fast);
+        float m = bm_ref[0];
+        for (int b = 0; b < NB; b++) {
+            CHECKF(bm_ref[b] == bm_fast[b], "block %d: max %g vs %g", b, (double)bm_ref[b], (double)bm_fast[b]);
+            m = bm_ref[b] > m ? bm_ref[b] : m;
+        }
+        for (int t = 0; t < 3; t++) {
+            const float temp = t == 0 ? 1.0f : t == 1 ? 0.7f : 20.0f;
+            const int n = N - round; /* tails of every length mod 8 */
+            const double zr = sample_exp_sum_ref(x, n, m, temp), zf = sample_exp_sum_avx2(x, n, m, temp);
+            CHECKF(fabs(zf - zr) <= 1e-13 * zr, "round %d temp %g: exp sum %.17g vs %.17g", round, (double)temp, zf, zr);
+            const double zq = sample_exp_sum_fast_avx2(x, n, m, temp);
+            CHECKF(fabs(zq - zr) <= SAMPLE_FAST_EXP_ERR * zr, "round %d temp %g: fast exp sum %.17g vs %.17g", round,
+                   (double)temp, zq, zr);
+        }
+    }
+    /* every term is libm's expf bit for bit: 8 equal terms sum exactly to 8 * term */
+    int wrong = 0, fast_wrong = 0;
+    float worst = 0.0f, fast_worst = 0.0f;
+    for (int i = 0; i < 400000; i++) {
+        const uint64_t u = test_rand_u64(&rng);
+        float v = -(float)(u % 1000003) * (112.0f / 1000003.0f);
+        if (i % 4 == 1) v = -ldexpf((float)(u % 4096), -(int)(u >> 60) - 10); /* near 0 */
+        if (i == 0) v = -INFINITY;
+        float v8[8];
+        for (int j = 0; j < 8; j++) v8[j] = v;
+        const double got = sample_exp_sum_avx2(v8, 8, 0.0f, 1.0f) / 8.0, want = (double)expf(v);
+        if (got != want) { wrong++; worst = v; }
+        const double fast = sample_exp_sum_fast_avx2(v8, 8, 0.0f, 1.0f) / 8.0;
+        const double err = fabs(fast - want), bound = v >= -87.33f ? SAMPLE_FAST_EXP_ERR * want : 1.2e-38;
+        if (err > bound) { fast_wrong++; fast_worst = v; }
+    }
+    CHECKF(wrong == 0, "%d terms differ from expf (e.g. at %a)", wrong, (double)worst);
+    CHECKF(fast_wrong == 0, "%d fast terms outside the bound (e.g. at %a)", fast_wrong, (double)fast_worst);
+}
+
+TEST(sample_allocates_nothing_per_call) {
+    const int n = 49152;
+    float *x = malloc((size_t)n * sizeof *x);
+    uint64_t rng = 11;
+    fill_logits(x, n, 0, 0.3f, &rng); /* flat: the bands reach far */
+    mix m[16];
+    const int nm = make_mixes(m, n);
+    for (int mi = 0; mi < nm; mi++) {
+        kiln_sampler *s;
+        REQUIRE_OK(kiln_sampler_open(&m[mi].p, n, &s));
+        int32_t ids[20];
+        float lp[20];
+        const uint64_t h0 = test_heap_calls();
+        for (int i = 0; i < 5; i++) {
+            const int32_t id = kiln_sample(s, x);
+            kiln_sampler_accept(s, id);
+            CHECK_EQ_INT(kiln_sampler_top(s, 20, ids, lp), 20);
+            CHECK(isfinite(kiln_sampler_logprob(s, id)));
+        }
+        CHECKF(test_heap_calls() == h0, "mix '%s': %llu heap calls in kiln_sample", m[mi].name,
+               (unsigned long long)(test_heap_calls() - h0));
+        kiln_sampler_close(s);
+    }
+    free(x);
+}
+
+/* log-softmax at temperature 1 of the penalized logits, in double, straight from the definition */
+static void ref_logprobs(const float *pen, int n, double *lp) {
+    double m = -INFINITY, z = 0.0;
+    for (int i = 0; i < n; i++) m = pen[i] > m ? pen[i] : m;
+    for (int i = 0; i < n; i++) z += exp((double)pen[i] - m);
+    for (int i = 0; i < n; i++) lp[i] = (double)pen[i] - m - log(z);
+}
+
+TEST(sample_top_logprobs_follow_the_penalized_softmax) {
+    const int n = 3000;
+    float *x = malloc((size_t)n * sizeof *x), *pen = malloc((size_t)n * sizeof *pen);
+    double *lp = malloc((size_t)n * sizeof *lp);
+    uint64_t rng = 5;
+    fill_logits(x, n, 1, 2.0f, &rng); /* ties: the order must put the lower id first */
+    kiln_sampler_params p = mkp(0.8f, 0, 0.9f, 0.0f);
+    p.repeat_penalty = 1.25f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.25f, p.repeat_last_n = 8;
+    kiln_sampler *s;
+    REQUIRE_OK(kiln_sampler_open(&p, n, &s));
+    int32_t ids[16];
+    float got[16];
+    CHECK_EQ_INT(kiln_sampler_top(s, 16, ids, got), 0); /* before any kiln_sample */
+    CHECK(isnan(kiln_sampler_logprob(s, 0)));
+    int best = 0;
+    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
+    const int32_t window[8] = {best, best, best, 7, 7, 9, best, 2999};
+    for (int i = 0; i < 8; i++) kiln_sampler_accept(s, window[i]);
+    memcpy(pen, x, (size_t)n * sizeof *pen);
+    const int counted[4][2] = {{best, 4}, {7, 2}, {9, 1}, {2999, 1}};
+    for (int i = 0; i < 4; i++) {
+        float l = pen[counted[i][0]];
+        l = l <= 0 ? l * 1.25f : l / 1.25f;
+        pen[counted[i][0]] = l - (float)counted[i][1] * 0.25f - 0.5f;
+    }
+    ref_logprobs(pen, n, lp);
+    const int32_t chosen = kiln_sample(s, x);
+    kiln_sampler_accept(s, chosen); /* allowed between the call and the logprobs */
+    CHECK_EQ_INT(kiln_sampler_top(s, 16, ids, got), 16);
+    for (int i = 0; i < 16; i++) {
+        CHECKF(fabs(got[i] - lp[ids[i]]) < 1e-5, "rank %d id %d: logprob %g, reference %g", i, ids[i],
+               (double)got[i], lp[ids[i]]);
+        if (i) CHECKF(pen[ids[i]] < pen[ids[i - 1]] || (pen[ids[i]] == pen[ids[i - 1]] && ids[i] > ids[i - 1]),
+                      "rank %d: id %d after id %d", i, ids[i], ids[i - 1]);
+    }
+    int above = 0; /* nothing outside the list beats its last entry */
+    for (int i = 0; i < n; i++) above += pen[i] > pen[ids[15]];
+    CHECKF(above <= 15, "%d ids above the 16th", above);
+    CHECKF(fabs(kiln_sampler_logprob(s, chosen) - lp[chosen]) < 1e-5, "chosen %d: %g vs %g", chosen,
+           (double)kiln_sampler_logprob(s, chosen), lp[chosen]);
+    CHECKF(fabs(kiln_sampler_logprob(s, best) - lp[best]) < 1e-5, "penalized best: %g vs %g",
+           (double)kiln_sampler_logprob(s, best), lp[best]);
+    CHECK(isnan(kiln_sampler_logprob(s, n)));
+    int32_t *all_ids = malloc((size_t)n * sizeof *all_ids);
+    float *all_lp = malloc((size_t)n * sizeof *all_lp);
+    CHECK_EQ_INT(kiln_sampler_top(s, n + 10, all_ids, all_lp), n); /* clamped to the vocabulary */
+    double mass = 0.0;
+    for (int i = 0; i < n; i++) mass += exp((double)all_lp[i]);
+    CHECKF(fabs(mass - 1.0) < 1e-4, "the logprobs of the whole vocabulary sum to %g", mass);
+    free(all_ids);
+    free(all_lp);
+    kiln_sampler_close(s);
+    free(x);
+    free(pen);
+    free(lp);
+}
+
+TEST(sample_presence_and_frequency_penalties_as_llama_cpp) {
+    /* logits8: 1 -> 3.0, 3 -> 3.0, 6 -> 2.9. Window: 1 twice, 3 once; repeat 1.5, frequency 0.5, presence 0.25:
+     * id 1: 3/1.5 - 2*0.5 - 0.25 = 0.75; id 3: 3/1.5 - 0.5 - 0.25 = 1.25; 6 untouched: 2.9 wins greedily. */
+    kiln_sampler_params p = mkp(0.0f, 0, 1.0f, 0.0f);
+    p.repeat_penalty = 1.5f, p.frequency_penalty = 0.5f, p.presence_penalty = 0.25f, p.repeat_last_n = 4;
+    kiln_sampler *s;
+    REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
+    kiln_sampler_accept(s, 1);
+    kiln_sampler_accept(s, 1);
+    kiln_sampler_accept(s, 3);
+    CHECK_EQ_INT(kiln_sample(s, logits8), 6);
+    const float l6 = kiln_sampler_logprob(s, 6);
+    CHECKF(fabsf(l6 - kiln_sampler_logprob(s, 1) - (2.9f - 0.75f)) < 1e-5f, "id 1 not at 0.75");
+    CHECKF(fabsf(l6 - kiln_sampler_logprob(s, 3) - (2.9f - 1.25f)) < 1e-5f, "id 3 not at 1.25");
+    /* a negative logit is multiplied by the repeat penalty: id 4 (-1, twice) -> -1.5 - 2*0.5 - 0.25 = -2.75 */
+    kiln_sampler_accept(s, 4);
+    kiln_sampler_accept(s, 4); /* window now 1, 3, 4, 4 */
+    kiln_sample(s, logits8);
+    CHECKF(fabsf(kiln_sampler_logprob(s, 6) - kiln_sampler_logprob(s, 4) - (2.9f + 2.75f)) < 1e-5f,
+           "id 4 not at -2.75 (count 2)");
+    kiln_sampler_close(s);
+    /* a negative presence penalty promotes: id 2 (2.0) + 1.5 = 3.5 beats 3.0 */
+    p = mkp(0.0f, 0, 1.0f, 0.0f);
+    p.presence_penalty = -1.5f;
+    REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
+    kiln_sampler_accept(s, 2);
+    CHECK_EQ_INT(kiln_sample(s, logits8), 2);
+    kiln_sampler_close(s);
+}
+
+TEST(sample_penalty_params_are_validated) {
+    kiln_sampler *s = (kiln_sampler *)1;
+    const float bad[] = {2.5f, -2.01f, NAN, INFINITY};
+    for (int i = 0; i < 4; i++) {
+        kiln_sampler_params p = kiln_sampler_defaults();
+        p.presence_penalty = bad[i];
+        CHECK_EQ_INT(kiln_sampler_open(&p, 8, &s), KILN_ERR_INVALID_ARG);
+        CHECKF(strstr(kiln_last_error(), "presence penalty") != NULL, "message: %s", kiln_last_error());
+        CHECK(s == NULL);
+        p = kiln_sampler_defaults();
+        p.frequency_penalty = bad[i];
+        CHECK_EQ_INT(kiln_sampler_open(&p, 8, &s), KILN_ERR_INVALID_ARG);
+        CHECKF(strstr(kiln_last_error(), "frequency penalty") != NULL, "message: %s", kiln_last_error());
+    }
+    kiln_sampler_params p = kiln_sampler_defaults();
+    p.presence_penalty = -2.0f;
+    p.frequency_penalty = 2.0f;
+    REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
+    kiln_sampler_close(s);
+}
+
+TEST(sample_survives_inf_and_nan_logits) {
+    /* garbage in (an engine bug upstream): any id in range, no out-of-bounds access, for every mix */
+    const int n = 300;
+    float x[300];
+    uint64_t rng = 9;
+    mix m[16];
+    const int nm = make_mixes(m, n);
+    for (int round = 0; round < 6; round++) {
+        for (int i = 0; i < n; i++) x[i] = test_rand_normal(&rng);
+        if (round == 0) x[5] = x[77] = INFINITY;
+        if (round == 1) x[0] = NAN;
+        if (round == 2) for (int i = 0; i < n; i++) x[i] = NAN;
+        if (round == 3) for (int i = 0; i < n; i++) x[i] = -INFINITY;
+        if (round == 4) { x[3] = INFINITY; x[4] = NAN; x[200] = -INFINITY; }
+        if (round == 5) for (int i = 0; i < n; i += 2) x[i] = INFINITY;
+        for (int mi = 0; mi < nm; mi++) {
+            kiln_sampler *s;
+            REQUIRE_OK(kiln_sampler_open(&m[mi].p, n, &s));
+            for (int d = 0; d < 4; d++) {
+                const int32_t id = kiln_sample(s, x);
+                CHECKF(id >= 0 && id < n, "round %d mix '%s': id %d", round, m[mi].name, id);
+                kiln_sampler_accept(s, id);
+            }
+            kiln_sampler_close(s);
+        }
+    }
+}
+
+TEST(sample_boundary_decisions_use_the_exact_normalizer) {
+    /* min-p without top-p decides on expf(logit - max) >= min_p, the definition on p >= p_max * min_p with
+     * p = expf(...) / Z: the two can disagree by an ulp right at the threshold, which is where the exact
+     * normalizer must take over. Ids whose expf(logit) straddles min_p ulp by ulp, plus filler for Z. */
+    const int n = 4000;
+    float *x = malloc((size_t)n * sizeof *x);
+    uint64_t rng = 17;
+    int diffs = 0, calls = 0;
+    for (int round = 0; round < 40; round++) {
+        const float min_p = 0.05f + 0.01f * (float)round;
+        x[0] = 0.0f;
+        float v = logf(min_p);
+        while (expf(v) >= min_p) v = nextafterf(v, -INFINITY);
+        for (int i = 1; i < 60; i++) { x[i] = v; v = nextafterf(v, INFINITY); } /* expf crosses min_p here */
+        for (int i = 60; i < n; i++) x[i] = logf(min_p) - 0.5f - fabsf(test_rand_normal(&rng)) * 3.0f;
+        kiln_sampler_params p = mkp(1.0f, 0, 1.0f, min_p);
+        p.seed = test_rand_u64(&rng);
+        kiln_sampler *a;
+        REQUIRE_OK(kiln_sampler_open(&p, n, &a));
+        ref_sampler *b = ref_sampler_open(&p, n);
+        for (int d = 0; d < 20; d++, calls++) diffs += kiln_sample(a, x) != ref_sample(b, x);
+        kiln_sampler_close(a);
+        ref_sampler_close(b);
+    }
+    CHECKF(diffs == 0, "%d of %d ids differ from the reference", diffs, calls);
+    free(x);
+}

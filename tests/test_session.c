@@ -5,7 +5,9 @@
  * handles on every public function, and independent sessions running at once from several threads.
  */
 #include "test.h"
+#include "test_gpu.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,21 +314,13 @@ TEST(session_four_sessions_run_at_once_from_four_threads) {
     kiln_model_close(b);
 }
 
-/* n_seq > 1 is not on the CUDA backend yet: asking for it there fails at open; auto takes the CPU. */
-TEST(session_n_seq_on_cuda_is_unsupported_auto_uses_cpu) {
+/* KV bytes per sequence, and the n_seq cap. */
+TEST(session_kv_bytes_per_sequence_and_n_seq_cap) {
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared(S260), &m));
     kiln_session *s = NULL;
-    if (kiln_backend_cuda()) {
-        kiln_status st = kiln_session_open(m, &(kiln_session_options){.n_ctx = 32, .n_seq = 2, .device = KILN_DEVICE_CUDA}, &s);
-        CHECK_EQ_INT(st, KILN_ERR_UNSUPPORTED);
-        CHECKF(strstr(kiln_last_error(), "n_seq > 1 is not implemented on the cuda backend yet"), "%s", kiln_last_error());
-        CHECK(s == NULL);
-    } else {
-        printf("  (built without CUDA: only the auto case runs)\n");
-    }
-    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 32, .n_seq = 2, .n_threads = 1}, &s));
-    CHECK_STR(kiln_session_backend(s), "cpu");
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 32, .n_seq = 2, .n_threads = 1,
+                                                             .device = KILN_DEVICE_CPU}, &s));
     CHECK_EQ_INT(kiln_session_n_seq(s), 2);
     kiln_model_info mi;
     kiln_model_get_info(m, &mi);
@@ -336,4 +330,94 @@ TEST(session_n_seq_on_cuda_is_unsupported_auto_uses_cpu) {
     CHECK_EQ_INT(kiln_session_open(m, &(kiln_session_options){.n_seq = 257}, &bad), KILN_ERR_INVALID_ARG);
     kiln_session_close(s);
     kiln_model_close(m);
+}
+
+static double cosine_f(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / (sqrt(aa * bb) + 1e-30);
+}
+
+#define CB_SEQ 4
+#define CB_STEPS 24
+
+/* Greedy ids and logits of CB_SEQ prompts: all in one session of CB_SEQ sequences (the prompts prefilled in one
+ * mixed batch, then one batch of CB_SEQ decode rows per step), or (alone) one sequence at a time. */
+static bool cuda_batch_run(kiln_model *m, bool alone, int32_t ids[CB_SEQ][CB_STEPS], float *lg, int nv,
+                           kiln_stats *st) {
+    static const int32_t prompts[CB_SEQ][5] = {{1, 403, 407, 261, 300}, {1, 9, 23}, {1, 500, 501, 502}, {1, 77}};
+    static const int plen[CB_SEQ] = {5, 3, 4, 2};
+    kiln_session *s = NULL;
+    kiln_session_options o = {.n_ctx = 64, .max_batch = 16, .n_seq = alone ? 1 : CB_SEQ, .device = KILN_DEVICE_CUDA};
+    if (kiln_session_open(m, &o, &s) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "open: %s", kiln_last_error());
+        return false;
+    }
+    kiln_batch_row rows[16];
+    kiln_batch_output out[CB_SEQ];
+    bool ok = true;
+    for (int q0 = 0; ok && q0 < CB_SEQ; q0 += alone ? 1 : CB_SEQ) {
+        const int nq = alone ? 1 : CB_SEQ;
+        if (alone) kiln_session_reset(s);
+        size_t n = 0;
+        for (int q = 0; q < nq; q++)
+            for (int i = 0; i < plen[q0 + q]; i++)
+                rows[n++] = (kiln_batch_row){.seq = q, .id = prompts[q0 + q][i],
+                                             .out = i == plen[q0 + q] - 1 ? KILN_OUT_LOGITS : KILN_OUT_NONE};
+        for (int t = 0; ok && t < CB_STEPS; t++) {
+            size_t n_out = 0;
+            ok = kiln_batch(s, rows, n, out, CB_SEQ, &n_out) == KILN_OK && n_out == (size_t)nq;
+            for (int q = 0; ok && q < nq; q++) {
+                ids[q0 + q][t] = out[q].id;
+                memcpy(lg + ((size_t)(q0 + q) * CB_STEPS + t) * nv, out[q].logits, (size_t)nv * sizeof(float));
+            }
+            n = 0;
+            for (int q = 0; ok && q < nq; q++)
+                rows[n++] = (kiln_batch_row){.seq = q, .id = ids[q0 + q][t], .out = KILN_OUT_LOGITS};
+        }
+    }
+    if (!ok) test_failf(__FILE__, __LINE__, "batch: %s", kiln_last_error());
+    kiln_session_stats(s, st);
+    kiln_session_close(s);
+    return ok;
+}
+
+/* CUDA, n_seq = 4: every sequence's greedy ids in a batch equal its ids alone and its logits agree (cosine
+ * >= 0.9999), on both trained models; a mixed prefill + decode batch and every step allocate nothing. */
+TEST(cuda_batch_of_sequences_matches_each_alone) {
+    if (!test_gpu_ready()) return;
+    const char *files[] = {S260, TINY};
+    for (size_t f = 0; f < 2; f++) {
+        kiln_model *m;
+        REQUIRE_OK(kiln_model_open(test_shared(files[f]), &m));
+        kiln_model_info mi;
+        kiln_model_get_info(m, &mi);
+        const size_t per = (size_t)CB_SEQ * CB_STEPS * mi.n_vocab;
+        float *la = malloc(per * sizeof(float)), *lb = malloc(per * sizeof(float));
+        int32_t ia[CB_SEQ][CB_STEPS], ib[CB_SEQ][CB_STEPS];
+        kiln_stats sa, sb;
+        REQUIRE(la && lb);
+        if (cuda_batch_run(m, true, ia, la, mi.n_vocab, &sa) && cuda_batch_run(m, false, ib, lb, mi.n_vocab, &sb)) {
+            double worst = 1;
+            int same = 0;
+            for (int q = 0; q < CB_SEQ; q++)
+                for (int t = 0; t < CB_STEPS; t++) {
+                    const size_t at = ((size_t)q * CB_STEPS + t) * mi.n_vocab;
+                    const double c = cosine_f(la + at, lb + at, mi.n_vocab);
+                    worst = c < worst ? c : worst;
+                    same += ia[q][t] == ib[q][t];
+                }
+            CHECKF(worst >= 0.9999, "%s: worst cosine batch vs alone %.6f", files[f], worst);
+            CHECKF(same == CB_SEQ * CB_STEPS, "%s: %d of %d greedy ids equal", files[f], same, CB_SEQ * CB_STEPS);
+            CHECKF(sb.host_allocs == 0 && sb.device_allocs == 0 && sb.module_loads == 0 && sb.graph_captures == 0,
+                   "%s: after open: %llu host / %llu device allocations, %llu module loads, %llu captures", files[f],
+                   (unsigned long long)sb.host_allocs, (unsigned long long)sb.device_allocs,
+                   (unsigned long long)sb.module_loads, (unsigned long long)sb.graph_captures);
+            printf("  %s: %d sequences x %d steps in one batch: worst cosine vs alone %.7f, %d/%d ids equal\n",
+                   files[f], CB_SEQ, CB_STEPS, worst, same, CB_SEQ * CB_STEPS);
+        }
+        free(la);
+        free(lb);
+        kiln_model_close(m);
+    }
 }

@@ -1,6 +1,9 @@
-/* env.c — the registry of KILN_* environment knobs; nothing else calls getenv. */
+/* env.c — the registry of KILN_* environment knobs; nothing else calls getenv. A value that is not one of
+ * the accepted ones is a warning on stderr (once per knob, naming the variable, the value and what is
+ * accepted) and the default applies; an empty value is the same as unset. */
 #include "base/env.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,21 +15,42 @@ static const struct { const char *name, *help; } knobs[] = {
     {"KILN_NO_SIMD", "1: scalar reference kernels only"},
 };
 
+/* The knob's value, NULL when unset or empty. */
+static const char *value(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* Printed directly (not through kiln_log, which itself reads KILN_LOG); *warned keeps it to once. */
+static void warn_invalid(bool *warned, const char *name, const char *v, const char *accepted, const char *fallback) {
+    if (*warned) return;
+    *warned = true;
+    fprintf(stderr, "kiln: warning: %s='%s' is not valid (accepted: %s); using %s\n", name, v, accepted, fallback);
+}
+
 int kiln_env_log_level(void) {
-    const char *v = getenv("KILN_LOG");
+    static const char *const levels[] = {"error", "warn", "info", "debug"};
+    static bool warned;
+    const char *v = value("KILN_LOG");
     if (!v) return 1;
-    if (!strcmp(v, "error")) return 0;
-    if (!strcmp(v, "warn")) return 1;
-    if (!strcmp(v, "info")) return 2;
-    if (!strcmp(v, "debug")) return 3;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, levels[i])) return i;
+    warn_invalid(&warned, "KILN_LOG", v, "error, warn, info, debug", "warn");
     return 1;
 }
 
 int kiln_env_threads(void) {
-    const char *v = getenv("KILN_THREADS");
+    static bool warned;
+    const char *v = value("KILN_THREADS");
     if (!v) return 0;
-    int n = atoi(v);
-    return n > 0 && n <= 1024 ? n : 0;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || n < 1 || n > 1024) {
+        warn_invalid(&warned, "KILN_THREADS", v, "an integer in 1..1024", "all online cores");
+        return 0;
+    }
+    return (int)n;
 }
 
 const char *kiln_env_shared(void) {
@@ -35,8 +59,12 @@ const char *kiln_env_shared(void) {
 }
 
 bool kiln_env_no_simd(void) {
-    const char *v = getenv("KILN_NO_SIMD");
-    return v && v[0] == '1';
+    static bool warned;
+    const char *v = value("KILN_NO_SIMD");
+    if (!v || !strcmp(v, "0")) return false;
+    if (!strcmp(v, "1")) return true;
+    warn_invalid(&warned, "KILN_NO_SIMD", v, "0, 1", "0 (SIMD kernels where the CPU has them)");
+    return false;
 }
 
 void kiln_env_print(void) {

@@ -3,7 +3,8 @@
  *   KILN_LOG      error|warn|info|debug (default warn)
  *   KILN_THREADS  default thread count (default: online cores)
  *   KILN_SHARED   the shared test-data folder (tests only; default ../shared)
- *   KILN_NO_SIMD  1: use the scalar reference kernels everywhere
+ *   KILN_NO_SIMD  1: use the scalar reference kernels everywhere (0 or unset: SIMD where the CPU has it)
+ * An invalid value is a warning naming the variable and the accepted values; the default then applies.
  */
 #ifndef KILN_BASE_ENV_H
 #define KILN_BASE_ENV_H

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
 #endif
 
 #include "base/env.h"

@@ -86,6 +86,7 @@ int cmd_mkmodel(int argc, char **argv) {
     if (type < 0) return cli_usage_error(cmd, usage, "--type: unknown type '%s'", type_name);
     if (!vocab) return cli_usage_error(cmd, usage, "--vocab is required");
     if (!out) return cli_usage_error(cmd, usage, "-o is required");
+    if (!cli_check_output_dir(cmd, out)) return 1;
 
     kiln_mk_opts o = {.shape = shape, .type = (uint32_t)type, .vocab = vocab, .seed = seed, .out = out,
                       .n_layer = (int)layers, .n_threads = (int)threads, .progress = quiet ? NULL : stderr};

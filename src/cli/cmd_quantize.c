@@ -83,6 +83,7 @@ int cmd_quantize(int argc, char **argv) {
     if (n_pos < 3) return cli_usage_error(cmd, usage, "expected IN.gguf OUT.gguf TYPE");
     const kiln_quant_target *target = kiln_quant_find_target(pos[2]);
     if (!target) return cli_usage_error(cmd, usage, "TYPE: unknown type '%s'", pos[2]);
+    if (!cli_check_output_dir(cmd, pos[1])) return 1;
     if (!threads) threads = kiln_env_threads() > 64 ? 64 : kiln_env_threads();
     if (!threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -4,7 +4,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/run_report.h"
@@ -15,15 +14,16 @@ static const char *usage_text =
     "timings go to stderr after the run.\n"
     "  -m, --model FILE        GGUF model\n"
     "  -p, --prompt TEXT       prompt text\n"
-    "  -f, --file FILE         read the prompt from FILE\n"
-    "  -n, --n-predict N       tokens to generate (default 128); stops earlier at end-of-generation\n"
+    "  -f, --file FILE         read the prompt from FILE (- : standard input)\n"
+    "  -n, --n-predict N       tokens to generate (default 128; -1: until end-of-generation or a full\n"
+    "                          context); stops earlier at end-of-generation\n"
     "      --temp T            temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K           top-k (default 40; 0 = off)\n"
     "      --top-p P           top-p (default 0.95; 1 = off)\n"
     "      --min-p M           min-p (default 0.05; 0 = off)\n"
     "      --repeat-penalty R  repetition penalty (default 1.0 = off)\n"
     "      --repeat-last-n N   window of the repetition penalty (default 64)\n"
-    "      --seed S            RNG seed (default: random, printed with the timings)\n"
+    "      --seed S            RNG seed (default or -1: random, printed with the timings)\n"
     "      --ctx N             context length (default min(model context, 4096))\n"
     "      --threads N         CPU threads (default: all cores)\n"
     "      --device D          cpu, cuda or auto (default auto: cuda when a GPU is present)\n"
@@ -34,8 +34,10 @@ static const char *usage_text =
     "      --chat              treat the prompt as one user turn of a chat (the model's chat template)\n"
     "      --system TEXT       with --chat: a system message\n"
     "      --chat-template T   with --chat: a built-in template (chatml, llama2, llama3, ...) or a file\n"
-    "      --json              print the text, every phase and the counters as one JSON object\n"
-    "  -h, --help              this help\n";
+    "      --json              print the text, the prompt and generated token ids, every phase and\n"
+    "                          the counters as one JSON object\n"
+    "  -h, --help              this help\n"
+    "Every long option also takes its value as --option=VALUE.\n";
 
 typedef struct run_opts {
     const char *model, *prompt, *prompt_file, *system, *chat_template;
@@ -69,7 +71,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_opt(argc, argv, &i, "-f", &v, &err) || cli_opt(argc, argv, &i, "--file", &v, &err)) { if (!err) o->prompt_file = v; }
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("run", v, &o->device)) return 2; }
         else if (cli_opt(argc, argv, &i, "-n", &v, &err) || cli_opt(argc, argv, &i, "--n-predict", &v, &err)) {
-            if (!err && !cli_parse_int("run", a, v, 0, 1 << 24, &o->n_predict)) return 2;
+            if (!err && !cli_parse_n_predict("run", "-n", v, &o->n_predict)) return 2;
         } else if (cli_opt(argc, argv, &i, "--ctx", &v, &err)) {
             if (!err && !cli_parse_int("run", a, v, 1, 1 << 20, &o->ctx)) return 2;
         } else if (cli_opt(argc, argv, &i, "--threads", &v, &err)) {
@@ -87,7 +89,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     if (o->prompt && o->prompt_file) return cli_usage_error("run", usage_text, "give either -p or -f, not both");
     if ((o->system || o->chat_template) && !o->chat)
         return cli_usage_error("run", usage_text, "--system and --chat-template need --chat");
-    if (!o->seed_given) o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    if (!o->seed_given) o->sp.seed = cli_random_seed();
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /* main.c — the `kiln` command: dispatches to a subcommand. */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,12 +25,21 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 }
 
+/* Output that could not be written (a full disk, a closed pipe) fails the command, whichever it was. */
+static int finish(int rc) {
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+        fprintf(stderr, "kiln: cannot write the output: %s\n", errno ? strerror(errno) : "write error");
+        rc = 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
     if (!strcmp(argv[1], "--version")) { printf("kiln %s\n", KILN_VERSION_STRING); return 0; }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return finish(commands[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "kiln: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

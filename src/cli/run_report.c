@@ -1,6 +1,7 @@
 /* run_report.c — the generation loop of `kiln run` and its phase/timing report (text or JSON). */
 #include "cli/run_report.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,10 @@ typedef struct round_result {
     size_t n_prompt;
     uint64_t prefill_ns, decode_ns, decode_min, decode_max;
     int n_gen, n_decode;
-    bool eog;
+    bool eog, write_failed;
     char *text;
     size_t text_len, text_cap;
+    int32_t *ids;   /* the generated ids (n_gen; the end-of-generation id included), room for n_predict */
 } round_result;
 
 static uint64_t now_ns(void) {
@@ -37,18 +39,17 @@ static void text_append(round_result *r, const char *s, size_t n) {
     r->text[r->text_len] = '\0';
 }
 
+/* Appends to the round's text and streams it; a failed write (a full disk, a closed pipe) stops the round. */
 static void emit(const run_setup *s, round_result *r, const char *buf, size_t n) {
     if (!n) return;
     text_append(r, buf, n);
-    if (!s->json && !s->quiet) {
-        fwrite(buf, 1, n, stdout);
-        fflush(stdout);
-    }
+    if (!s->json && !s->quiet && (fwrite(buf, 1, n, stdout) != n || fflush(stdout) != 0)) r->write_failed = true;
 }
 
 /* One round: prefill the prompt, then sample/decode up to n_predict tokens. */
-static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_session *sess, kiln_sampler *smp,
-                                  const int32_t *ids, size_t n_ids, bool strip_space, round_result *r) {
+static kiln_status generate_round(const run_setup *s, int n_predict, kiln_model *m, kiln_session *sess,
+                                  kiln_sampler *smp, const int32_t *ids, size_t n_ids, bool strip_space,
+                                  round_result *r) {
     kiln_session_reset(sess);
     kiln_sampler_reset(smp);
     for (size_t i = 0; i < n_ids; i++) kiln_sampler_accept(smp, ids[i]);
@@ -64,12 +65,12 @@ static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_sessio
     char buf[1024]; /* the longest vocabulary piece is about 1 KiB */
     const bool greedy = s->sampler.temperature <= 0.0f && s->sampler.repeat_penalty == 1.0f;
     int32_t id = kiln_sample(smp, logits);
-    for (int i = 0; i < s->n_predict; i++) {
-        r->n_gen++;
+    for (int i = 0; i < n_predict; i++) {
+        r->ids[r->n_gen++] = id;
         kiln_sampler_accept(smp, id);
         if (!s->ignore_eos && kiln_token_is_eog(m, id)) { r->eog = true; break; } /* not printed */
         emit(s, r, buf, kiln_detok_push(&d, id, buf, sizeof buf));
-        if (i + 1 == s->n_predict) break;
+        if (i + 1 == n_predict || r->write_failed) break;
         uint64_t t1 = now_ns();
         if (greedy) {
             st = kiln_decode_greedy(sess, id, &id);
@@ -91,6 +92,12 @@ static kiln_status generate_round(const run_setup *s, kiln_model *m, kiln_sessio
 
 static double ms(uint64_t ns) { return ns / 1e6; }
 
+static void print_ids(const char *key, const int32_t *ids, size_t n) {
+    printf(",\"%s\":[", key);
+    for (size_t i = 0; i < n; i++) printf("%s%d", i ? "," : "", (int)ids[i]);
+    putchar(']');
+}
+
 static void print_open(FILE *f, const kiln_phase *ph, size_t n, uint64_t open_ns) {
     fprintf(f, "open %.1f ms (", ms(open_ns));
     for (size_t i = 0; i < n; i++) {
@@ -111,7 +118,8 @@ static void print_round(FILE *f, const round_result *r) {
 
 /* stats: the first-call counters over the generation rounds (prefill + decode) only */
 static void print_json(const run_setup *s, kiln_session *sess, const kiln_model_info *mi, const kiln_phase *ph,
-                       size_t n_ph, uint64_t open_ns, const round_result *rs, int n_rounds, const kiln_stats *base) {
+                       size_t n_ph, uint64_t open_ns, const int32_t *prompt_ids, size_t n_prompt,
+                       const round_result *rs, int n_rounds, const kiln_stats *base) {
     kiln_stats st;
     kiln_session_stats(sess, &st);
     st.host_allocs -= base->host_allocs;
@@ -125,7 +133,9 @@ static void print_json(const run_setup *s, kiln_session *sess, const kiln_model_
            mi->arch, kiln_session_backend(sess), kiln_session_n_ctx(sess), (unsigned long long)s->sampler.seed,
            (unsigned long long)open_ns);
     for (size_t i = 0; i < n_ph; i++) printf("%s\"%s\":%llu", i ? "," : "", ph[i].name, (unsigned long long)ph[i].ns);
-    printf("},\"rounds\":[");
+    putchar('}');
+    print_ids("prompt_ids", prompt_ids, n_prompt);
+    printf(",\"rounds\":[");
     for (int i = 0; i < n_rounds; i++) {
         const round_result *r = &rs[i];
         printf("%s{\"prompt_eval_count\":%zu,\"prompt_eval_duration\":%llu,\"eval_count\":%d,\"decode_steps\":%d,"
@@ -135,6 +145,7 @@ static void print_json(const run_setup *s, kiln_session *sess, const kiln_model_
                (unsigned long long)r->decode_ns, (unsigned long long)r->decode_min, (unsigned long long)r->decode_max,
                (unsigned long long)(r->prefill_ns + r->decode_ns), r->eog ? "stop" : "length");
         cli_json_str(stdout, r->text ? r->text : "", r->text_len);
+        print_ids("ids", r->ids, (size_t)r->n_gen);
         putchar('}');
     }
     printf("]");
@@ -171,13 +182,10 @@ int run_generate(const run_setup *s) {
         chat_prompt cp;
         if (!chat_prompt_open("run", m, s->chat_template, &cp)) goto done;
         kiln_chat_message msgs[2];
-        size_t nm = 0, len;
+        size_t nm = 0;
         if (s->system) msgs[nm++] = (kiln_chat_message){"system", s->system};
         msgs[nm++] = (kiln_chat_message){"user", s->prompt};
-        char *text = NULL;
-        bool ok = chat_prompt_render("run", &cp, msgs, nm, &text, &len) &&
-                  chat_prompt_tokenize("run", m, &cp, text, len, &ids, &n_ids);
-        free(text);
+        bool ok = chat_prompt_tokens("run", &cp, msgs, nm, &ids, &n_ids);
         chat_prompt_close(&cp);
         if (!ok) goto done;
     } else {
@@ -194,11 +202,15 @@ int run_generate(const run_setup *s) {
         n_ids = 1;
     }
     const int n_ctx = kiln_session_n_ctx(sess);
-    if (n_ids + (size_t)s->n_predict > (size_t)n_ctx) {
+    /* -n -1: until end of generation or a full context */
+    const int n_predict = s->n_predict >= 0 ? s->n_predict : n_ctx - (int)(n_ids < (size_t)n_ctx ? n_ids : (size_t)n_ctx);
+    if (n_ids + (size_t)n_predict > (size_t)n_ctx || (s->n_predict < 0 && n_predict == 0)) {
         cli_error("run", "the prompt (%zu tokens) plus %d tokens to generate exceed the context of %d positions "
-                  "(raise --ctx or lower -n)", n_ids, s->n_predict, n_ctx);
+                  "(raise --ctx or lower -n)", n_ids, s->n_predict < 0 ? 1 : n_predict, n_ctx);
         goto done;
     }
+    for (int i = 0; i < s->rounds; i++)
+        if (!(rs[i].ids = malloc(((size_t)n_predict + 1) * sizeof *rs[i].ids))) { cli_error("run", "out of memory"); goto done; }
     st = kiln_sampler_open(&s->sampler, mi.n_vocab, &smp);
     if (st != KILN_OK) { cli_error("run", "%s", kiln_last_error()); goto done; }
 
@@ -208,12 +220,14 @@ int run_generate(const run_setup *s) {
     kiln_session_stats(sess, &base);
     for (int round = 0; round < s->rounds; round++) {
         if (!s->json && !s->quiet && round == 0 && !from_bos && !s->chat) { fwrite(s->prompt, 1, s->prompt_len, stdout); fflush(stdout); }
-        st = generate_round(s, m, sess, smp, ids, n_ids, from_bos, &rs[round]);
+        st = generate_round(s, n_predict, m, sess, smp, ids, n_ids, from_bos, &rs[round]);
         if (st != KILN_OK) { cli_error("run", "round %d: %s", round + 1, kiln_last_error()); goto done; }
         if (!s->json && !s->quiet && round == 0) putchar('\n');
+        if (rs[round].write_failed || fflush(stdout) != 0) { cli_error("run", "cannot write the output: %s", strerror(errno)); goto done; }
     }
     if (s->json) {
-        print_json(s, sess, &mi, ph, n_ph, open_ns, rs, s->rounds, &base);
+        print_json(s, sess, &mi, ph, n_ph, open_ns, ids, n_ids, rs, s->rounds, &base);
+        if (fflush(stdout) != 0) { cli_error("run", "cannot write the output: %s", strerror(errno)); goto done; }
     } else {
         FILE *f = stderr;
         print_open(f, ph, n_ph, open_ns);
@@ -233,7 +247,7 @@ int run_generate(const run_setup *s) {
     rc = 0;
 done:
     if (rs)
-        for (int i = 0; i < s->rounds; i++) free(rs[i].text);
+        for (int i = 0; i < s->rounds; i++) free(rs[i].text), free(rs[i].ids);
     free(rs);
     free(ids);
     kiln_sampler_close(smp);

@@ -15,7 +15,8 @@ typedef struct run_setup {
     bool chat;                 /* prompt is one user turn: render it with the chat template */
     const char *system;        /* chat: optional system message */
     const char *chat_template; /* chat: a built-in name or a file overriding the model's template */
-    int n_predict, rounds;
+    int n_predict;             /* tokens to generate; -1: until end of generation or a full context */
+    int rounds;
     bool json, ignore_eos, quiet;
     kiln_sampler_params sampler;
     kiln_session_options sopt;
@@ -23,7 +24,9 @@ typedef struct run_setup {
 } run_setup;
 
 /* Opens the model and a session, generates `rounds` times (KV reset between rounds), streams the text
- * of each round to stdout (unless json/quiet) and prints the timings to stderr. Returns an exit code. */
+ * of each round to stdout (unless json/quiet) and prints the timings to stderr (with json: one object
+ * on stdout, the prompt's and each round's generated token ids included). A failed write of stdout stops
+ * the run with a message. Returns an exit code. */
 int run_generate(const run_setup *s);
 
 #endif

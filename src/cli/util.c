@@ -6,6 +6,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 int cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -52,6 +55,11 @@ bool cli_parse_float(const char *cmd, const char *opt, const char *s, double lo,
 }
 
 bool cli_opt(int argc, char **argv, int *i, const char *opt, const char **val, bool *err) {
+    const size_t n = strlen(opt);
+    if (!strncmp(argv[*i], opt, n) && argv[*i][n] == '=' && !strncmp(opt, "--", 2)) {
+        *val = argv[*i] + n + 1; /* --opt=value */
+        return true;
+    }
     if (strcmp(argv[*i], opt)) return false;
     if (*i + 1 >= argc) {
         fprintf(stderr, "kiln %s: option %s needs a value\n", argv[0], opt);
@@ -98,12 +106,14 @@ void cli_json_str(FILE *f, const char *s, size_t len) {
 }
 
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    const bool std_in = !strcmp(path, "-");
+    FILE *f = std_in ? stdin : fopen(path, "rb");
+    if (std_in) path = "(stdin)";
     if (!f) { cli_error(cmd, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (;;) {
-        if (!buf) { fclose(f); cli_error(cmd, "out of memory reading '%s'", path); return NULL; }
+        if (!buf) { if (!std_in) fclose(f); cli_error(cmd, "out of memory reading '%s'", path); return NULL; }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0) break;
@@ -114,8 +124,8 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
             cap *= 2;
         }
     }
-    if (ferror(f)) { fclose(f); free(buf); cli_error(cmd, "cannot read '%s'", path); return NULL; }
-    fclose(f);
+    if (ferror(f)) { if (!std_in) fclose(f); free(buf); cli_error(cmd, "cannot read '%s'", path); return NULL; }
+    if (!std_in) fclose(f);
     buf[n] = '\0';
     if (len) *len = n;
     return buf;
@@ -126,15 +136,17 @@ int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler
         {"--temp", 0, 100, false}, {"--top-k", 0, 1 << 24, true}, {"--top-p", 0, 1, false},
         {"--min-p", 0, 1, false}, {"--repeat-penalty", 0.01, 10, false}, {"--repeat-last-n", 0, 1 << 20, true},
     };
-    const char *a = argv[*i], *v = NULL;
+    const char *v = NULL;
     bool err = false;
     if (cli_opt(argc, argv, i, "--seed", &v, &err)) {
         if (err) return 2;
         char *end;
         errno = 0;
         unsigned long long s = strtoull(v, &end, 10);
-        if (errno || *end || end == v || v[0] == '-') {
-            cli_error(cmd, "--seed: expected an unsigned integer, got '%s'", v);
+        if (!strcmp(v, "-1")) {
+            s = cli_random_seed(); /* llama.cpp's spelling of "random" */
+        } else if (errno || *end || end == v || v[0] == '-') {
+            cli_error(cmd, "--seed: expected an unsigned integer or -1 (random), got '%s'", v);
             return 2;
         }
         p->seed = s;
@@ -146,8 +158,8 @@ int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler
         if (err) return 2;
         double d;
         long l;
-        if (opts[k].integer ? !cli_parse_int(cmd, a, v, (long)opts[k].lo, (long)opts[k].hi, &l)
-                            : !cli_parse_float(cmd, a, v, opts[k].lo, opts[k].hi, &d))
+        if (opts[k].integer ? !cli_parse_int(cmd, opts[k].name, v, (long)opts[k].lo, (long)opts[k].hi, &l)
+                            : !cli_parse_float(cmd, opts[k].name, v, opts[k].lo, opts[k].hi, &d))
             return 2;
         switch (k) {
         case 0: p->temperature = (float)d; break;
@@ -160,6 +172,39 @@ int cli_sampler_opt(const char *cmd, int argc, char **argv, int *i, kiln_sampler
         return 1;
     }
     return 0;
+}
+
+uint64_t cli_random_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 20) ^ ((uint64_t)clock() << 40) ^
+           (uint64_t)getpid();
+}
+
+bool cli_parse_n_predict(const char *cmd, const char *opt, const char *s, long *out) {
+    return cli_parse_int(cmd, opt, s, -1, 1 << 24, out);
+}
+
+bool cli_check_output_dir(const char *cmd, const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        cli_error(cmd, "cannot write '%s': its directory '%s' does not exist (%s)", path, dir, strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        cli_error(cmd, "cannot write '%s': '%s' is not a directory", path, dir);
+        return false;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        cli_error(cmd, "cannot write '%s': the directory '%s' is not writable (%s)", path, dir, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 bool cli_parse_device(const char *cmd, const char *s, kiln_device *out) {

@@ -164,7 +164,6 @@ void kiln_q5_K_from_float_avx2(const float *x, void *y, int64_t n);
 void kiln_q6_K_from_float_avx2(const float *x, void *y, int64_t n);
 
 /* ---- dot_avx2.c (call only when kiln_cpu_has_avx2()) ---- */
-int kiln_cpu_has_avx2(void);
 void kiln_dot_f32_avx2(int n, float *s, const void *x, const void *y);
 void kiln_dot_f16_avx2(int n, float *s, const void *x, const void *y);
 void kiln_dot_bf16_avx2(int n, float *s, const void *x, const void *y);

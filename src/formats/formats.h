@@ -95,8 +95,16 @@ void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, 
  * scale searches for the K types, AVX2 Q8_0 / Q8_K), or from_float itself; NULL when the type has none. */
 kiln_from_float_fn kiln_from_float_fast(uint32_t type);
 
+/* KILN_X86: the *_avx2.c / *_avx512.c kernels exist only in x86 builds (the Makefile leaves them out
+ * elsewhere), so code that names them does so under #if KILN_X86; other targets run the portable kernels. */
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_X86 1
 /* True when this CPU has AVX2, FMA and F16C (the *_avx2.c kernels may run). */
 int kiln_cpu_has_avx2(void);
+#else
+#define KILN_X86 0
+static inline int kiln_cpu_has_avx2(void) { return 0; }
+#endif
 
 /* Fills in the compute operations of the table (called once, thread-safe; kiln_type_get calls it). */
 void kiln_formats_init(void);

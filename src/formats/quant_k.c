@@ -414,7 +414,9 @@ static void encode_q2_K(const float *x, void *vy, int64_t n, kiln_search_qkx2_fn
 }
 
 void kiln_q2_K_from_float(const float *x, void *vy, int64_t n) { encode_q2_K(x, vy, n, kiln_search_qkx2_scalar); }
+#if KILN_X86 /* the searches are in quant_k_avx2.c */
 void kiln_q2_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q2_K(x, vy, n, kiln_search_qkx2_avx2); }
+#endif
 
 void kiln_q3_K_from_float(const float *x, void *vy, int64_t n) {
     block_q3_K *y = vy;
@@ -566,9 +568,11 @@ static void encode_q5_K(const float *x, void *vy, int64_t n, kiln_search_qkx2_fn
 }
 
 void kiln_q4_K_from_float(const float *x, void *vy, int64_t n) { encode_q4_K(x, vy, n, kiln_search_qkx2_scalar); }
-void kiln_q4_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q4_K(x, vy, n, kiln_search_qkx2_avx2); }
 void kiln_q5_K_from_float(const float *x, void *vy, int64_t n) { encode_q5_K(x, vy, n, kiln_search_qkx2_scalar); }
+#if KILN_X86 /* the searches are in quant_k_avx2.c */
+void kiln_q4_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q4_K(x, vy, n, kiln_search_qkx2_avx2); }
 void kiln_q5_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q5_K(x, vy, n, kiln_search_qkx2_avx2); }
+#endif
 
 /* The symmetric search of Q6_K, scalar: 16 sub-blocks of 16, levels + 32 in L. */
 void kiln_search_qx_scalar(const float *x, float *scales, int8_t *L) {
@@ -624,7 +628,9 @@ static void encode_q6_K(const float *x, void *vy, int64_t n, kiln_search_qx_fn s
 }
 
 void kiln_q6_K_from_float(const float *x, void *vy, int64_t n) { encode_q6_K(x, vy, n, kiln_search_qx_scalar); }
+#if KILN_X86 /* the searches are in quant_k_avx2.c */
 void kiln_q6_K_from_float_avx2(const float *x, void *vy, int64_t n) { encode_q6_K(x, vy, n, kiln_search_qx_avx2); }
+#endif
 
 void kiln_q8_K_from_float(const float *x, void *vy, int64_t n) {
     block_q8_K *y = vy;

@@ -21,8 +21,12 @@ static void set_ops(kiln_type_info *t, kiln_to_float_fn to_float, kiln_from_floa
 }
 
 void kiln_formats_register(kiln_type_info *table) {
+#if KILN_X86
     const int simd = !kiln_env_no_simd() && kiln_cpu_has_avx2();
 #define SIMD(fn) (simd ? (fn) : NULL)
+#else
+#define SIMD(fn) NULL
+#endif
     set_ops(&table[KILN_TYPE_F32], kiln_f32_to_float, kiln_f32_from_float, kiln_dot_f32, SIMD(kiln_dot_f32_avx2));
     set_ops(&table[KILN_TYPE_F16], kiln_f16_to_float, kiln_f16_from_float, kiln_dot_f16, SIMD(kiln_dot_f16_avx2));
     set_ops(&table[KILN_TYPE_BF16], kiln_bf16_to_float, kiln_bf16_from_float, kiln_dot_bf16, SIMD(kiln_dot_bf16_avx2));
@@ -40,6 +44,7 @@ void kiln_formats_register(kiln_type_info *table) {
     set_ops(&table[KILN_TYPE_Q8_K], kiln_q8_K_to_float, kiln_q8_K_from_float, NULL, NULL);
 #undef SIMD
     /* the fast activation quantizers produce the same bytes as the reference ones (tested) */
+#if KILN_X86
     if (simd) {
         fast_quantizer[KILN_TYPE_Q8_0] = kiln_q8_0_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q8_K] = kiln_q8_K_from_float_avx2;
@@ -50,6 +55,7 @@ void kiln_formats_register(kiln_type_info *table) {
         fast_quantizer[KILN_TYPE_Q5_K] = kiln_q5_K_from_float_avx2;
         fast_quantizer[KILN_TYPE_Q6_K] = kiln_q6_K_from_float_avx2;
     }
+#endif
 }
 
 kiln_from_float_fn kiln_from_float_fast(uint32_t type) {
@@ -65,8 +71,12 @@ void kiln_quantize_row_for_dot(uint32_t weight_type, const float *x, void *dst, 
     KILN_ASSERT(a && a->from_float && n % a->block_size == 0);
     if (w->vec_dot_type == KILN_TYPE_Q8_0 || w->vec_dot_type == KILN_TYPE_Q8_1) {
         const bool q80 = w->vec_dot_type == KILN_TYPE_Q8_0;
+#if KILN_X86
         const bool avx2 = fast_quantizer[KILN_TYPE_Q8_0] != NULL;
         (q80 ? (avx2 ? kiln_q8_0_act_avx2 : kiln_q8_0_act_ref) : (avx2 ? kiln_q8_1_act_avx2 : kiln_q8_1_act_ref))(x, dst, n);
+#else
+        (q80 ? kiln_q8_0_act_ref : kiln_q8_1_act_ref)(x, dst, n);
+#endif
         return;
     }
     kiln_from_float_fn fast = fast_quantizer[w->vec_dot_type];

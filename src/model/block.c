@@ -16,7 +16,7 @@ static void build_block(const kiln_model *m, const kiln_layer *L, kiln_block *b)
         .bq = opt(&L->bq), .bk = opt(&L->bk), .bv = opt(&L->bv),
         .q_norm = opt(&L->q_norm), .k_norm = opt(&L->k_norm),
         .rope = hp->rope_neox ? KILN_ROPE_NEOX : KILN_ROPE_NORM, .n_rot = hp->n_rot, .rope_base = hp->rope_base,
-        .rope_freqs = m->rope_freqs.data,
+        .rope_freqs = (const float *)m->rope_freqs.data,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
     };
     if (hp->n_expert) {

@@ -1,7 +1,21 @@
 /*
- * sample.c — the sampler: repetition penalty over the last N tokens, then greedy, or the chain
- * top-k -> top-p -> min-p -> temperature -> draw (llama.cpp's default order), with a seeded RNG so that
- * sampled runs are reproducible. All buffers are allocated at open; kiln_sample allocates nothing.
+ * sample.c — the sampler: penalties over the last N tokens (repeat, presence, frequency), then greedy, or
+ * the chain top-k -> top-p -> min-p -> temperature -> draw (llama.cpp's default order), with a seeded RNG
+ * so that sampled runs are reproducible. All buffers are allocated at open; kiln_sample allocates nothing.
+ *
+ * The result is that of the plain definition (copy the vocabulary, sort it, cut, renormalize, walk the
+ * sorted candidates until the cumulative probability passes a uniform draw), computed without copying or
+ * sorting the vocabulary (see sample_internal.h for the view):
+ *   - top-k: a heap of k over the blocks whose maximum can still enter it;
+ *   - top-k off: the candidates are taken in bands of logits below the maximum (6, 12, 24, ... units of
+ *     1 for top-p / min-p, of the temperature for the draw), each band sorted and walked in turn, until
+ *     the cumulative mass reaches top-p, min-p's threshold is crossed, or the draw is decided. Top-p and
+ *     the draw without cuts need the softmax's normalizer over the whole vocabulary: one vectorized pass.
+ * The walk's arithmetic is the definition's (same expf, same float rounding of each probability, the
+ * same double cumulative sums in the same order), so for the same seed the same ids come out. The
+ * normalizer of the whole vocabulary is first summed with a fast exp (within SAMPLE_FAST_EXP_ERR); a cut or
+ * draw that falls within FAST_MARGIN of a boundary is walked again with the exact normalizer (expf's terms
+ * bit for bit), which differs from the definition's only in the order of its double additions.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -10,31 +24,32 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "kiln.h"
-
-typedef struct cand { int32_t id; float logit; float p; } cand;
+#include "sample/sample_internal.h"
 
 struct kiln_sampler {
     kiln_sampler_params p;
     int n_vocab;
     uint64_t rng;
-    int32_t *recent;   /* ring of the last repeat_last_n ids */
-    int n_recent, head;
-    uint32_t *stamp;   /* per id: the sample call that last penalized it */
-    uint32_t calls;
-    cand *c;           /* n_vocab candidates */
+    sample_penalty pen;
+    sample_view view;
+    sample_kernels k;
+    cand *c;         /* n_vocab candidates */
+    uint64_t *tmp;   /* 2 n_vocab: the sort's scratch */
+    int have_last;   /* a kiln_sample ran since open / reset: the view is that call's */
+    int have_logz;
+    double logz;     /* log of the temperature-1 normalizer of the last call (for logprobs) */
 };
 
 kiln_sampler_params kiln_sampler_defaults(void) {
     kiln_sampler_params p = {
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
         .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0x5eed,
+        .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
     };
     return p;
 }
 
-kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out) {
-    if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: out is NULL");
-    *out = NULL;
+static kiln_status check_params(const kiln_sampler_params *p, int n_vocab) {
     if (!p) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: params is NULL");
     if (n_vocab < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: n_vocab %d < 1", n_vocab);
     if (!isfinite(p->temperature) || p->temperature > 100.0f)
@@ -45,19 +60,37 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
         return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: min-p %g out of range 0..1", (double)p->min_p);
     if (!(p->repeat_penalty > 0.0f && p->repeat_penalty <= 10.0f))
         return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: repeat penalty %g out of range (0, 10]", (double)p->repeat_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: presence penalty %g out of range -2..2", (double)p->presence_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: frequency penalty %g out of range -2..2", (double)p->frequency_penalty);
     if (p->repeat_last_n < 0 || p->repeat_last_n > 1 << 20)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: repeat-last-n %d out of range", p->repeat_last_n);
+        return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: repeat-last-n %d out of range 0..%d", p->repeat_last_n, 1 << 20);
+    return KILN_OK;
+}
+
+kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out) {
+    if (!out) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_open: out is NULL");
+    *out = NULL;
+    kiln_status st = check_params(p, n_vocab);
+    if (st != KILN_OK) return st;
     kiln_sampler *s = kiln_calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "sampler: out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
-    s->recent = kiln_calloc((size_t)(p->repeat_last_n ? p->repeat_last_n : 1), sizeof(int32_t));
-    s->stamp = kiln_calloc((size_t)n_vocab, sizeof(uint32_t));
-    s->c = kiln_calloc((size_t)n_vocab, sizeof(cand));
-    if (!s->recent || !s->stamp || !s->c) {
+    s->k = sample_kernels_select();
+    const int pen_ok = sample_penalty_init(&s->pen, p->repeat_penalty, p->presence_penalty, p->frequency_penalty,
+                                           p->repeat_last_n, n_vocab) == 0;
+    const int view_ok = sample_view_init(&s->view, n_vocab, sample_penalty_max(p->repeat_last_n, n_vocab)) == 0;
+    s->c = kiln_malloc((size_t)n_vocab * sizeof(cand));
+    s->tmp = kiln_malloc((size_t)n_vocab * 2 * sizeof(uint64_t));
+    if (!pen_ok || !view_ok || !s->c || !s->tmp) {
         kiln_sampler_close(s);
         return kiln_fail(KILN_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
     }
+    /* fault the candidate buffers in now, so that no later call pays for their pages (first-call contract) */
+    memset(s->c, 0, (size_t)n_vocab * sizeof(cand));
+    memset(s->tmp, 0, (size_t)n_vocab * 2 * sizeof(uint64_t));
     kiln_sampler_reset(s);
     *out = s;
     return KILN_OK;
@@ -65,24 +98,23 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
 
 void kiln_sampler_close(kiln_sampler *s) {
     if (!s) return;
-    kiln_free(s->recent);
-    kiln_free(s->stamp);
+    sample_penalty_free(&s->pen);
+    sample_view_free(&s->view);
     kiln_free(s->c);
+    kiln_free(s->tmp);
     kiln_free(s);
 }
 
 void kiln_sampler_reset(kiln_sampler *s) {
     if (!s) return;
-    s->n_recent = 0;
-    s->head = 0;
+    sample_penalty_reset(&s->pen);
     s->rng = s->p.seed ^ 0x9E3779B97F4A7C15ull;
+    s->have_last = 0;
 }
 
 void kiln_sampler_accept(kiln_sampler *s, int32_t id) {
-    if (!s || s->p.repeat_last_n == 0) return;
-    s->recent[s->head] = id;
-    s->head = (s->head + 1) % s->p.repeat_last_n;
-    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+    if (!s) return;
+    sample_penalty_accept(&s->pen, id);
 }
 
 /* splitmix64 -> uniform in [0, 1) */
@@ -94,33 +126,9 @@ static double next_uniform(kiln_sampler *s) {
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static int cand_cmp_desc(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* Moves the k largest candidates to the front (unordered), quickselect without allocation. */
-static void select_top(cand *c, int n, int k) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        cand pivot = c[(lo + hi) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (cand_cmp_desc(&c[i], &pivot) < 0) i++;
-            while (cand_cmp_desc(&c[j], &pivot) > 0) j--;
-            if (i <= j) { cand t = c[i]; c[i] = c[j]; c[j] = t; i++; j--; }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
-    }
-}
-
-/* Softmax of the first n candidates' logits (divided by temp) into p. */
+/* Softmax of the first n (sorted) candidates' logits divided by temp into p. */
 static void softmax(cand *c, int n, float temp) {
-    float max = c[0].logit;
-    for (int i = 1; i < n; i++) max = c[i].logit > max ? c[i].logit : max;
+    const float max = c[0].logit;
     double sum = 0.0;
     for (int i = 0; i < n; i++) {
         c[i].p = expf((c[i].logit - max) / temp);
@@ -129,42 +137,31 @@ static void softmax(cand *c, int n, float temp) {
     for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
-int32_t kiln_sample(kiln_sampler *s, const float *logits) {
-    if (!s || !logits) return -1;
-    const int nv = s->n_vocab;
+/* The draw over the kept, sorted candidates c[0..n): softmax at the temperature, walk until the uniform. */
+static int32_t draw(kiln_sampler *s, cand *c, int n) {
+    if (n <= 0) return sample_view_argmax(&s->view); /* only when every logit is NaN */
+    softmax(c, n, s->p.temperature);
+    const double r = next_uniform(s);
+    double cum = 0.0;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].p;
+        if (r < cum) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+/* top-k on: the heap's k sorted candidates, then top-p and min-p over their softmax, then the draw. */
+static int32_t sample_top_k(kiln_sampler *s) {
     cand *c = s->c;
-    for (int i = 0; i < nv; i++) c[i] = (cand){i, logits[i], 0.0f};
-    /* repetition penalty: once per distinct recent id */
-    if (s->p.repeat_penalty != 1.0f && s->n_recent) {
-        s->calls++;
-        for (int i = 0; i < s->n_recent; i++) {
-            int32_t id = s->recent[i];
-            if (id < 0 || id >= nv || s->stamp[id] == s->calls) continue;
-            s->stamp[id] = s->calls;
-            c[id].logit = c[id].logit > 0 ? c[id].logit / s->p.repeat_penalty : c[id].logit * s->p.repeat_penalty;
-        }
-    }
-    if (s->p.temperature <= 0.0f) {
-        int best = 0;
-        for (int i = 1; i < nv; i++)
-            if (c[i].logit > c[best].logit) best = i;
-        return c[best].id;
-    }
-    int n = nv;
-    if (s->p.top_k > 0 && s->p.top_k < n) {
-        select_top(c, n, s->p.top_k);
-        n = s->p.top_k;
-    }
-    qsort(c, (size_t)n, sizeof *c, cand_cmp_desc);
+    int n = sample_view_top(&s->view, s->p.top_k, c);
+    if (n <= 0) return sample_view_argmax(&s->view); /* only when every logit is NaN */
     softmax(c, n, 1.0f);
     if (s->p.top_p < 1.0f) {
         double cum = 0.0;
-        int keep = n;
         for (int i = 0; i < n; i++) {
             cum += c[i].p;
-            if (cum >= s->p.top_p) { keep = i + 1; break; }
+            if (cum >= s->p.top_p) { n = i + 1; break; }
         }
-        n = keep;
     }
     if (s->p.min_p > 0.0f) {
         const float thr = c[0].p * s->p.min_p;
@@ -172,11 +169,138 @@ int32_t kiln_sample(kiln_sampler *s, const float *logits) {
         while (keep < n && c[keep].p >= thr) keep++;
         n = keep;
     }
-    softmax(c, n, s->p.temperature);
-    double r = next_uniform(s), cum = 0.0;
-    for (int i = 0; i < n; i++) {
-        cum += c[i].p;
-        if (r < cum) return c[i].id;
+    return draw(s, c, n);
+}
+
+/* The bands of candidates below the maximum: [max - d*unit, hi), d = 6, 12, 24, ... then everything. */
+typedef struct band {
+    float max, unit, d, hi, floor;
+    int n, done, later;  /* later: not the first band (the first has no upper bound) */
+} band;
+
+/* Appends the next non-empty band, sorted, to s->c[0..b->n); returns its size (0: no candidates left). */
+static int next_band(kiln_sampler *s, band *b) {
+    while (!b->done) {
+        float lo = b->d > 104.0f ? -INFINITY : b->max - b->d * b->unit; /* expf(-104) is 0 in float */
+        if (!(lo > b->floor)) { lo = b->floor; b->done = 1; }
+        const int m = sample_view_collect(&s->view, lo, b->hi, !b->later, s->c + b->n);
+        b->later = 1;
+        sample_cand_sort(s->c + b->n, m, s->tmp);
+        b->n += m;
+        b->hi = lo;
+        b->d *= 2.0f;
+        if (m) return m;
     }
-    return c[n - 1].id;
+    return 0;
+}
+
+/* A cumulative sum or a min-p ratio computed with the fast normalizer lies within this of the exact one
+ * (SAMPLE_FAST_EXP_ERR relative, plus one float rounding per probability), with room to spare. */
+#define FAST_MARGIN 1e-6
+
+/* The walk of top-p / min-p over the bands with normalizer z (z = 1 without top-p: min-p then compares
+ * expf(logit - max) with min_p). Returns the kept count, or -1 when margin > 0 and a decision came within
+ * margin of its boundary (the caller walks again with the exact normalizer). */
+static int cut_walk(kiln_sampler *s, band *b, double z, double margin) {
+    const kiln_sampler_params *p = &s->p;
+    const float max = s->view.max;
+    const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
+    double cum = 0.0;
+    float thr = 0.0f;
+    for (int i = 0; i < b->n || next_band(s, b); i++) {
+        cand *c = &s->c[i];
+        c->p = (float)(expf(c->logit - max) / z);
+        if (i == 0) thr = c->p * p->min_p;
+        else if (min_p) {
+            if (margin > 0.0 && fabs((double)c->p - thr) <= margin * thr) return -1;
+            if (c->p < thr) return i;
+        }
+        cum += c->p;
+        if (top_p && cum >= p->top_p) {
+            if (margin > 0.0 && (cum - p->top_p < margin || p->top_p - (cum - c->p) < margin)) return -1;
+            return i + 1;
+        }
+    }
+    if (top_p && margin > 0.0 && p->top_p - cum < margin) return -1;
+    return b->n;
+}
+
+/* top-k off, top-p and / or min-p on: the kept prefix of the bands, then the draw over it. The fast
+ * normalizer decides unless a decision falls within its error; then the exact one walks again. */
+static int32_t sample_cut(kiln_sampler *s) {
+    const kiln_sampler_params *p = &s->p;
+    const float max = s->view.max;
+    const int top_p = p->top_p < 1.0f;
+    band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
+    if (p->min_p > 0.0f) b.floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* below: min-p fails */
+    int n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0, FAST_MARGIN);
+    if (n < 0) {
+        const double z = sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f);
+        s->logz = log(z);
+        s->have_logz = 1;
+        n = cut_walk(s, &b, z, 0.0);
+    }
+    return draw(s, s->c, n);
+}
+
+/* The draw without cuts, walking the bands in units of the temperature with normalizer z: the chosen id,
+ * or -1 when margin > 0 and r came within margin of a cumulative boundary. */
+static int32_t all_walk(kiln_sampler *s, band *b, double z, double r, double margin) {
+    const float temp = s->p.temperature, max = s->view.max;
+    double cum = 0.0;
+    for (int i = 0; i < b->n || next_band(s, b); i++) {
+        const double prev = cum;
+        cum += (float)(expf((s->c[i].logit - max) / temp) / z);
+        if (r < cum) return margin > 0.0 && (cum - r < margin || r - prev < margin) ? -1 : s->c[i].id;
+    }
+    if (margin > 0.0 && r - cum < margin) return -1;
+    return b->n ? s->c[b->n - 1].id : sample_view_argmax(&s->view);
+}
+
+static int32_t sample_all(kiln_sampler *s) {
+    const float temp = s->p.temperature;
+    const double r = next_uniform(s);
+    band b = {.max = s->view.max, .unit = temp, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
+    int32_t id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum_fast, temp), r, FAST_MARGIN);
+    if (id < 0) id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum, temp), r, 0.0);
+    return id;
+}
+
+int32_t kiln_sample(kiln_sampler *s, const float *logits) {
+    if (!s || !logits) return -1;
+    const int np = sample_penalty_apply(&s->pen, logits);
+    sample_view_build(&s->view, &s->k, logits, s->pen.pid, s->pen.pval, np);
+    s->have_last = 1;
+    s->have_logz = 0;
+    const kiln_sampler_params *p = &s->p;
+    if (p->temperature <= 0.0f) return sample_view_argmax(&s->view);
+    if (p->top_k > 0 && p->top_k < s->n_vocab) return sample_top_k(s);
+    if (p->top_p < 1.0f || p->min_p > 0.0f) return sample_cut(s);
+    return sample_all(s);
+}
+
+/* log of the temperature-1 normalizer of the last call's penalized logits */
+static double last_logz(kiln_sampler *s) {
+    if (!s->have_logz) {
+        s->logz = log(sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f));
+        s->have_logz = 1;
+    }
+    return s->logz;
+}
+
+int kiln_sampler_top(kiln_sampler *s, int n, int32_t *ids, float *logprobs) {
+    if (!s || !s->have_last || n <= 0 || !ids || !logprobs) return 0;
+    if (n > s->n_vocab) n = s->n_vocab;
+    const double logz = last_logz(s);
+    n = sample_view_top(&s->view, n, s->c);
+    for (int i = 0; i < n; i++) {
+        ids[i] = s->c[i].id;
+        logprobs[i] = (float)((double)(s->c[i].logit - s->view.max) - logz);
+    }
+    return n;
+}
+
+float kiln_sampler_logprob(kiln_sampler *s, int32_t id) {
+    if (!s || !s->have_last || id < 0 || id >= s->n_vocab) return NAN;
+    return (float)((double)(sample_view_logit(&s->view, id) - s->view.max) - last_logz(s));
 }

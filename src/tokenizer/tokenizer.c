@@ -529,13 +529,16 @@ static bool frag_push(frag_list *l, size_t off, size_t len, int32_t id) {
 static bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* Splits the raw fragments of *cur on every occurrence of special token id (into *next), like llama.cpp's
- * tokenizer_st_partition for one token. Returns false on allocation failure. */
-static bool split_on(const kiln_tokenizer *t, const char *text, int32_t id, frag_list *cur, frag_list *next,
-                     bool *changed) {
+ * tokenizer_st_partition for one token. With a mask, an occurrence of a control or unknown token that
+ * covers a byte whose mask is nonzero (message content) is not split on: it stays raw text. Returns false
+ * on allocation failure. */
+static bool split_on(const kiln_tokenizer *t, const char *text, const uint8_t *mask, int32_t id, frag_list *cur,
+                     frag_list *next, bool *changed) {
     gguf_str txt = tok_text(t, id);
     const char *tx = txt.ptr;
     size_t tn = (size_t)txt.len;
     uint8_t a = t->attr[id];
+    const uint8_t *guard = (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) ? mask : NULL;
     next->n = 0;
     *changed = false;
     for (size_t k = 0; k < cur->n; k++) {
@@ -544,24 +547,29 @@ static bool split_on(const kiln_tokenizer *t, const char *text, int32_t id, frag
             if (!frag_push(next, fr.off, fr.len, fr.id)) return false;
             continue;
         }
-        size_t off = fr.off, len = fr.len;
+        size_t off = fr.off, len = fr.len, from = off;   /* from: where the search goes on */
         for (;;) {
-            const char *hit = len >= tn ? memmem(text + off, len, tx, tn) : NULL;
+            size_t end = off + len;
+            const char *hit = end - from >= tn ? memmem(text + from, end - from, tx, tn) : NULL;
             if (!hit) {
                 if (len > 0 && !frag_push(next, off, len, -1)) return false;
                 break;
             }
-            *changed = true;
             size_t m = (size_t)(hit - text);
+            if (guard && memchr(guard + m, 1, tn)) {
+                from = m + 1;
+                continue;
+            }
+            *changed = true;
             size_t left = m - off;
             if ((a & TOK_ATTR_LSTRIP))
                 while (left > 0 && is_ascii_space(text[off + left - 1])) left--;
             if (left > 0 && !frag_push(next, off, left, -1)) return false;
             if (!frag_push(next, 0, 0, id)) return false;
-            size_t roff = m + tn, rlen = off + len - roff;
+            size_t roff = m + tn, rlen = end - roff;
             if ((a & TOK_ATTR_RSTRIP))
                 while (rlen > 0 && is_ascii_space(text[roff])) roff++, rlen--;
-            off = roff;
+            off = from = roff;
             len = rlen;
         }
     }
@@ -572,6 +580,11 @@ static bool split_on(const kiln_tokenizer *t, const char *text, int32_t id, frag
 
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids,
                                   size_t cap, size_t *n_out) {
+    return kiln_tokenizer_encode_marked(t, text, NULL, len, flags, ids, cap, n_out);
+}
+
+kiln_status kiln_tokenizer_encode_marked(const kiln_tokenizer *t, const char *text, const uint8_t *mask, size_t len,
+                                         int flags, int32_t *ids, size_t cap, size_t *n_out) {
     KILN_ASSERT(t && n_out && (text || !len) && (ids || !cap));
     *n_out = 0;
     if (flags & ~(KILN_TOK_ADD_BOS | KILN_TOK_PARSE_SPECIAL))
@@ -592,7 +605,7 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, siz
             int32_t id = t->special[i];
             if (!parse_special && (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
             bool changed;
-            if (!split_on(t, text, id, &a, &b, &changed)) {
+            if (!split_on(t, text, mask, id, &a, &b, &changed)) {
                 st = kiln_fail(KILN_ERR_NOMEM, "tokenize: out of memory");
                 goto done;
             }

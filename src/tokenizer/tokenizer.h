@@ -34,6 +34,12 @@ const char *kiln_tokenizer_chat_template(const kiln_tokenizer *t);
 kiln_status kiln_tokenizer_encode(const kiln_tokenizer *t, const char *text, size_t len, int flags,
                                   int32_t *ids, size_t cap, size_t *n_out);
 
+/* kiln_tokenizer_encode where mask (len bytes, may be NULL) marks bytes that are not to form control
+ * tokens: with KILN_TOK_PARSE_SPECIAL, a control or unknown token is parsed only where every byte of its
+ * text has mask 0; bytes marked nonzero are tokenized as plain text (the chat layer marks message content). */
+kiln_status kiln_tokenizer_encode_marked(const kiln_tokenizer *t, const char *text, const uint8_t *mask, size_t len,
+                                         int flags, int32_t *ids, size_t cap, size_t *n_out);
+
 /* The bytes a token decodes to on its own (SPM: '▁' -> ' ', <0xNN> -> the byte; BPE: byte mapping
  * inverted; control tokens: empty). Returns the byte count, copies at most cap bytes. */
 size_t kiln_tokenizer_piece(const kiln_tokenizer *t, int32_t id, char *buf, size_t cap);

@@ -293,6 +293,16 @@ static bool is_gguf_file(const char *path) {
     return n == 4 && !memcmp(m, "GGUF", 4);
 }
 
+/* True when the file's first byte after white space opens a JSON object (a tokenizer.json does). */
+static bool looks_like_json_object(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return true; /* the JSON loader reports the open error */
+    int c;
+    while ((c = fgetc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    fclose(f);
+    return c == '{';
+}
+
 /* Copies the vocabulary's tokenizer.* keys into w; *n_vocab receives its token count. */
 static kiln_status put_vocab(const char *path, gguf_writer *w, uint32_t *n_vocab) {
     struct stat st;
@@ -316,6 +326,14 @@ static kiln_status put_vocab(const char *path, gguf_writer *w, uint32_t *n_vocab
         gguf_close(f);
         if (s != KILN_OK) kiln_fail_prefix(s, "--vocab %s: ", path);
         return s;
+    }
+    if (S_ISREG(st.st_mode) && !looks_like_json_object(path)) {
+        const size_t n = strlen(path);
+        const bool dot_model = n >= 6 && !strcmp(path + n - 6, ".model");
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "--vocab %s: neither a tokenizer.json nor a GGUF file%s; mkmodel "
+                         "needs the model's Hugging Face tokenizer.json (or the folder holding it) or a GGUF with "
+                         "tokenizer.* keys", path,
+                         dot_model ? " (a SentencePiece or tiktoken tokenizer.model is not supported)" : "");
     }
     kiln_hf_vocab *v;
     KILN_TRY(kiln_hf_vocab_load(path, &v));

@@ -16,9 +16,11 @@ void cpu_attn_axpy_ref(float *o, float a, const uint16_t *v, int n) {
 
 cpu_attn_kernels cpu_attn_select(void) {
     cpu_attn_kernels k = {cpu_attn_dot_ref, cpu_attn_axpy_ref};
+#if KILN_X86 /* cpu_attn_avx2.c exists only there */
     if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) {
         k.dot = cpu_attn_dot_avx2;
         k.axpy = cpu_attn_axpy_avx2;
     }
+#endif
     return k;
 }

@@ -3,8 +3,9 @@
 
 #include "formats/blocks.h"
 
-void cpu_dot_rows_ref(kiln_vec_dot_fn dot, int n, const void *x, const uint8_t *y, size_t y_stride, int ny, float *s,
-                      size_t s_stride) {
+void cpu_dot_rows_ref(kiln_vec_dot_fn dot, int n, const void *x, const uint8_t *y, size_t y_stride, int ny,
+                      const float *yd, float *s, size_t s_stride) {
+    (void)yd;
     for (int j = 0; j < ny; j++) dot(n, s + (size_t)j * s_stride, x, y + (size_t)j * y_stride);
 }
 

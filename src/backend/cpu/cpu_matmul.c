@@ -5,16 +5,20 @@
 
 #include "backend/cpu/cpu_dot_rows.h"
 #include "base/error.h"
+#include "formats/blocks.h"
 #include "formats/formats.h"
 
 /* multiply-adds below which a product is not split across threads */
 #define SMALL_MATMUL (1u << 16)
 
+/* The converted rows, then (Q8_0 activations) their block scales as floats for the multi-row dot. */
+static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
+
 size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     const kiln_type_info *t = kiln_type_get(type);
     KILN_ASSERT(t);
     size_t row = kiln_row_bytes(t->vec_dot_type, (uint64_t)n);
-    return row * (size_t)B;
+    return scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float);
 }
 
 typedef struct matmul_job {
@@ -22,6 +26,7 @@ typedef struct matmul_job {
     const kiln_type_info *ti;
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
+    float *yd;              /* Q8_0 activations with B > 1: B rows of n/32 block scales as floats, else NULL */
     size_t qrow, wrow;
     int B, n, rows;
     float *out;
@@ -31,8 +36,14 @@ static void convert_rows(void *ctx, int ith, int nth) {
     matmul_job *j = ctx;
     int lo, hi;
     kiln_split(j->B, ith, nth, &lo, &hi);
-    for (int b = lo; b < hi; b++)
-        kiln_quantize_row_for_dot(j->W->type, j->x + (size_t)b * j->n, (uint8_t *)j->qx + (size_t)b * j->qrow, j->n);
+    for (int b = lo; b < hi; b++) {
+        uint8_t *q = (uint8_t *)j->qx + (size_t)b * j->qrow;
+        kiln_quantize_row_for_dot(j->W->type, j->x + (size_t)b * j->n, q, j->n);
+        if (!j->yd) continue;
+        const int nb = j->n / 32;
+        const block_q8_0 *blk = (const block_q8_0 *)q;
+        for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
+    }
 }
 
 static void dot_rows(void *ctx, int ith, int nth) {
@@ -48,7 +59,7 @@ static void dot_rows(void *ctx, int ith, int nth) {
     /* each weight row once against all B rows (bit-identical to B single dots) */
     const cpu_dot_rows_fn rows_fn = cpu_dot_rows_select(dot);
     for (int r = lo; r < hi; r++)
-        rows_fn(dot, j->n, w + (size_t)r * j->wrow, j->qx, j->qrow, j->B, &j->out[r], (size_t)j->rows);
+        rows_fn(dot, j->n, w + (size_t)r * j->wrow, j->qx, j->qrow, j->B, j->yd, &j->out[r], (size_t)j->rows);
 }
 
 void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {
@@ -65,6 +76,7 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
         j.qx = (const uint8_t *)x;
     } else {
         j.qx = scratch;
+        if (ti->vec_dot_type == KILN_TYPE_Q8_0 && B > 1) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
         if (B > 1 && !inline_run) kiln_pool_run(pool, convert_rows, &j);
         else convert_rows(&j, 0, 1);
     }

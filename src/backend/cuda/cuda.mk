@@ -1,6 +1,6 @@
 # cuda.mk — the optional CUDA backend, included by the Makefile after NVCC and CU_SRC are set.
-# With nvcc and sources: builds one fatbinary with SASS for every supported arch plus PTX of the newest
-# (so no supported GPU ever JIT-compiles), and defines CU_OBJ, CUDA_DEFS, CUDA_LDLIBS and the targets
+# With nvcc and sources: builds one fatbinary (which machine code: CUDA_ARCHS below), and defines CU_OBJ,
+# CUDA_DEFS, CUDA_LDLIBS and the targets
 #   make test-cuda    GPU tests (non-ASan binary build/cuda/kiln_tests_cuda; they skip without a GPU)
 #   make bench-cuda   the H200 benchmarks of bench/cuda_bench.sh
 # Without nvcc it defines nothing and prints one line.
@@ -13,16 +13,43 @@ CUDA_TOP := $(shell $(NVCC) --dryrun -c kiln_probe.cu 2>&1 | sed -n 's/^\#\$$ TO
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a \
                  $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(patsubst %/bin/nvcc,%,$(NVCC))/lib64/libcudart_static.a))))
 ifneq ($(strip $(CUDA_LIBDIR)),)
-# SASS for these archs where this nvcc knows them, PTX for the newest of them
-CUDA_WANT_SASS := 80 86 89 90 100 110 120
+# Which machine code goes into the fatbinary (CUDA_ARCHS):
+#   native  (default where nvidia-smi reports a GPU) SASS for the GPUs of this machine + their PTX
+#   check   (default without a GPU) PTX of compute_80 only, device code unoptimised (-Xcicc -O0): proves in
+#           seconds that every .cu file compiles (CI); a GPU would JIT slow code from it, so `kiln info` says so
+#   all     the fat binary a package ships: SASS for every arch of CUDA_ALL this nvcc knows + PTX of the newest
+#   "80 90" SASS for exactly these archs + PTX of the last (the older spelling CUDA_WANT_SASS="90" does the same)
+CUDA_ALL := 80 86 89 90 100 110 120
 CUDA_KNOWN := $(shell $(NVCC) --list-gpu-arch 2>/dev/null | sed -n 's/^compute_//p')
 ifeq ($(strip $(CUDA_KNOWN)),)
 CUDA_KNOWN := 80 86 89 90
 endif
-CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_WANT_SASS))
+ifneq ($(origin CUDA_WANT_SASS),undefined)
+CUDA_ARCHS ?= $(CUDA_WANT_SASS)
+endif
+CUDA_ARCHS ?= native
+ifeq ($(strip $(CUDA_ARCHS)),native)
+CUDA_GPU_ARCHS := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '. ' | sort -u)
+CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_GPU_ARCHS))
+ifneq ($(strip $(filter-out $(CUDA_KNOWN),$(CUDA_GPU_ARCHS))),)
+$(info kiln: this nvcc cannot build SASS for the GPU arch $(filter-out $(CUDA_KNOWN),$(CUDA_GPU_ARCHS)))
+endif
+else ifeq ($(strip $(CUDA_ARCHS)),all)
+CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_ALL))
+else ifneq ($(strip $(CUDA_ARCHS)),check)
+CUDA_SASS := $(filter $(CUDA_KNOWN),$(CUDA_ARCHS))
+endif
+ifeq ($(strip $(CUDA_SASS)),)
+# check (or native without a GPU nvcc can target): the cheapest build that still compiles every kernel
+CUDA_MODE := check
+CUDA_PTX := 80
+CUDA_GENCODE := -gencode arch=compute_80,code=compute_80 -Xcicc -O0 -DKILN_CUDA_CHECK_BUILD
+else
+CUDA_MODE := sass
 CUDA_PTX := $(lastword $(CUDA_SASS))
 CUDA_GENCODE := $(foreach a,$(CUDA_SASS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+endif
 
 CU_OBJ := $(CU_SRC:%.cu=build/cuda/%.o)
 CUDA_DEFS := -DKILN_HAVE_CUDA
@@ -30,20 +57,28 @@ CUDA_LDLIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCCFLAGS := -std=c++17 -O3 -Iinclude -Isrc -DKILN_HAVE_CUDA -Xcompiler -fPIC,-Wall,-Wno-unused-function \
              -DKILN_CUDA_ARCHS='"$(CUDA_SASS)"' -DKILN_CUDA_PTX=$(CUDA_PTX) $(CUDA_GENCODE)
 
-build/cuda/%.o: %.cu $(wildcard src/backend/cuda/*.cuh) $(wildcard src/backend/cuda/*.h)
+# the flags are part of what an object depends on: changing CUDA_ARCHS rebuilds the CUDA objects
+CUDA_STAMP := build/cuda/flags.$(shell printf '%s' '$(NVCCFLAGS)' | cksum | cut -d' ' -f1)
+$(CUDA_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f build/cuda/flags.*
+	@touch $@
+
+build/cuda/%.o: %.cu $(wildcard src/backend/cuda/*.cuh) $(wildcard src/backend/cuda/*.h) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # ---- GPU tests: the same tests/*.c without ASan (the CUDA driver and ASan do not mix)
 CUDA_TEST_OBJ := $(TEST_SRC:%.c=build/cudatest/%.o)
-CUDA_TEST_LIB := $(LIB_SRC:%.c=build/rel/%.o) $(filter-out build/rel/src/cli/main.o,$(CLI_SRC:%.c=build/rel/%.o))
+CUDA_TEST_LIB := $(LIB_SRC:%.c=build/rel/%.o) $(TOOLS_SRC:%.c=build/rel/%.o) \
+                 $(filter-out build/rel/src/cli/main.o,$(CLI_SRC:%.c=build/rel/%.o))
 
 build/cudatest/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) -c $< -o $@
+	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) $(isa_flags) -c $< -o $@
 
 build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ)
-	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS)
+	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) -lutil
 
 .PHONY: test-cuda bench-cuda
 test-cuda: build/cuda/kiln_tests_cuda kiln

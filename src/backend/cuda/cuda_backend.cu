@@ -86,6 +86,7 @@ typedef struct cu_layer {
     dev_weight wqkv, wq, wk, wv, wo, wg, wu, wd;
     bool qkv_fused, gu_dual;
     float *attn_norm, *ffn_norm;
+    float *bqkv, *q_norm, *k_norm;   /* Q|K|V biases, per-head Q/K RMSNorm weights; NULL when absent */
 } cu_layer;
 
 typedef struct cuda_state {
@@ -94,8 +95,9 @@ typedef struct cuda_state {
     int n_sm;
     cudaStream_t stream;
     cudaEvent_t stage_ev[2];
-    cudaGraph_t graph;
-    cudaGraphExec_t gexec;
+    cudaGraph_t *graphs;       /* n_seq decode graphs: graph q appends to sequence q's cache */
+    cudaGraphExec_t *gexecs;
+    int cur_seq;               /* the sequence whose cache the decode and prefill pieces address */
     bool use_graph;
     bool pdl;           /* programmatic dependent launch for this session's kernels */
     int graph_nodes, graph_pdl_edges;
@@ -122,6 +124,7 @@ typedef struct cuda_state {
 
     /* dimensions */
     int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad, n_split;
+    bool qkv_post;      /* biases, Q/K norm or NEOX RoPE: Q/K/V go through ck_qkv_post after their matmul */
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
@@ -149,7 +152,11 @@ extern "C" const char *kiln_cuda_archs_built(void) {
         buf[0] = '\0';
         for (char *tok = strtok(archs, " "); tok; tok = strtok(NULL, " "))
             n += (size_t)snprintf(buf + n, sizeof buf - n, "%ssm_%s", n ? " " : "", tok);
-        snprintf(buf + n, sizeof buf - n, " + compute_%d PTX", KILN_CUDA_PTX);
+        snprintf(buf + n, sizeof buf - n, "%scompute_%d PTX", n ? " + " : "", KILN_CUDA_PTX);
+#ifdef KILN_CUDA_CHECK_BUILD
+        n = strlen(buf);
+        snprintf(buf + n, sizeof buf - n, " (compile check, unoptimised: build with CUDA_ARCHS=native or all to run)");
+#endif
     }
     return buf;
 }
@@ -361,6 +368,9 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
         D->wd = place_matrix(base, off, td, (int)L->w_down.ne[0], (int)L->w_down.ne[1]);
         D->attn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
         D->ffn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+        D->bqkv = L->bq.data ? (float *)carve(base, off, (size_t)(nq + nk + nv) * 4) : NULL;
+        D->q_norm = L->q_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
+        D->k_norm = L->k_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
     }
     return KILN_OK;
 }
@@ -369,8 +379,9 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
 static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     const kiln_hparams *hp = &s->m->hp;
     const size_t B = (size_t)s->cfg.max_batch, C = (size_t)s->cfg.n_ctx;
-    s->kc = (__half *)carve(base, off, (size_t)hp->n_layer * C * s->KV * 2);
-    s->vc = (__half *)carve(base, off, (size_t)hp->n_layer * C * s->KV * 2);
+    const size_t NS = (size_t)s->cfg.n_seq;
+    s->kc = (__half *)carve(base, off, NS * hp->n_layer * C * s->KV * 2);
+    s->vc = (__half *)carve(base, off, NS * hp->n_layer * C * s->KV * 2);
     s->x = (float *)carve(base, off, B * s->E * 4);
     s->qkv = (float *)carve(base, off, B * s->NQKV * 4);
     s->g = (float *)carve(base, off, B * s->F * 4);
@@ -429,6 +440,11 @@ static void launch_logits(cuda_state *s, const float *x) {
     ck_matvec(a, nb, s->stream);
 }
 
+/* Offset of layer il of the current sequence's cache: (n_seq, n_layer, n_ctx, KV) halves. */
+static size_t kv_offset(const cuda_state *s, int il) {
+    return ((size_t)s->cur_seq * s->m->hp.n_layer + (size_t)il) * s->cfg.n_ctx * s->KV;
+}
+
 /* ---- the decode step's pieces for layer il: the per-kernel path launches them, the persistent path lists
  * them as phases */
 
@@ -436,7 +452,7 @@ static void launch_logits(cuda_state *s, const float *x) {
 static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset) {
     const kiln_hparams *hp = &s->m->hp;
     const cu_layer *L = &s->layers[il];
-    const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+    const size_t kv_off = kv_offset(s, il);
     mv_args a = mv_base();
     a.w0 = w;
     a.row_offset = row_offset;
@@ -446,6 +462,7 @@ static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row
     a.norm_w = L->attn_norm;
     a.eps = hp->rms_eps;
     a.epi = MV_EPI_QKV;
+    if (s->qkv_post) a.epi = MV_EPI_STORE, a.y = s->qkv + row_offset; /* ck_qkv_post does the rest */
     a.pos = s->params + 1;
     a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
     a.rope_freq = s->rope_freq;
@@ -455,10 +472,24 @@ static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row
     return a;
 }
 
+/* The post-matmul work on n rows of s->qkv of layer il (pos_dev: the decode graph's position). */
+static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, const int *pos_dev) {
+    const kiln_hparams *hp = &s->m->hp;
+    const cu_layer *L = &s->layers[il];
+    const size_t kv_off = kv_offset(s, il);
+    qkv_post_args a = {
+        .qkv = s->qkv + (size_t)r0 * s->NQKV, .stride = s->NQKV, .pos0 = pos0, .pos_dev = pos_dev,
+        .nq = s->Q, .nk = s->KV, .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
+        .bias = L->bqkv, .q_norm = L->q_norm, .k_norm = L->k_norm, .eps = hp->rms_eps, .rope_freq = s->rope_freq,
+        .k_cache = s->kc + kv_off, .v_cache = s->vc + kv_off, .kv_dim = s->KV,
+    };
+    return a;
+}
+
 /* Attention of the token over the cache, split in DEC_CHUNK keys, into attn_f. */
 static attn_args dec_attn(const cuda_state *s, int il) {
     const kiln_hparams *hp = &s->m->hp;
-    const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
+    const size_t kv_off = kv_offset(s, il);
     attn_args at;
     memset(&at, 0, sizeof at);
     at.q = s->qkv;
@@ -521,6 +552,7 @@ static void launch_decode(cuda_state *s) {
             launch_mv(s, dec_qkv(s, il, L->wk, s->Q));
             launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV));
         }
+        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, s->params + 1), 1, st);
         ck_attention(dec_attn(s, il), s->n_split, 1, st);
         launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
         if (L->gu_dual) {
@@ -595,6 +627,8 @@ static kiln_status setup_persistent(cuda_state *s) {
     if (bps <= 0) why = "persistent kernel off";
     for (int il = 0; !why && il < hp->n_layer; il++)
         if (!s->layers[il].qkv_fused || !s->layers[il].gu_dual) why = "Q/K/V or gate/up of different types";
+    if (!why && s->qkv_post) why = "Q/K/V biases, Q/K norm or NEOX RoPE";
+    if (!why && s->cfg.n_seq > 1) why = "n_seq > 1";
     if (!why && (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0) != cudaSuccess || !coop))
         why = "no cooperative launch";
     if (!why) {
@@ -638,14 +672,41 @@ static void launch_decode_step(cuda_state *s) {
         launch_decode(s);
 }
 
-/* Prefill of n tokens (ids already in s->ids) at positions pos0.. */
-static void launch_prefill(cuda_state *s, int n, int pos0, bool want_logits) {
+/* Q/K/V post-processing (RoPE, and what the blocks ask for) and attention of rows [r0, r0 + n) of layer il,
+ * which are consecutive positions pos0.. of sequence s->cur_seq. */
+static void launch_run_attention(cuda_state *s, int il, int r0, int n, int pos0) {
+    const kiln_hparams *hp = &s->m->hp;
+    cudaStream_t st = s->stream;
+    const size_t kv_off = kv_offset(s, il);
+    float *qkv = s->qkv + (size_t)r0 * s->NQKV;
+    if (s->qkv_post)
+        ck_qkv_post(qkv_post(s, il, r0, pos0, NULL), n, st);
+    else
+        ck_rope_store(qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
+                      s->vc + kv_off, s->KV, st);
+    attn_args at;
+    memset(&at, 0, sizeof at);
+    at.q = qkv;
+    at.q_stride = s->NQKV;
+    at.k_cache = s->kc + kv_off;
+    at.v_cache = s->vc + kv_off;
+    at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
+    at.chunk = s->cfg.n_ctx;
+    at.pos0 = pos0;
+    at.out = s->atth + (size_t)r0 * s->Qpad;
+    at.out_stride = s->Qpad;
+    at.scale = 1.0f / sqrtf((float)hp->head_dim);
+    ck_attention(at, 1, n, st);
+}
+
+/* n rows (ids already in s->ids) of any sequences through every layer: the matrix products over all rows at
+ * once (each weight read once), RoPE, the K/V append and attention per run of one sequence's rows. */
+static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
     const kiln_hparams *hp = &s->m->hp;
     cudaStream_t st = s->stream;
     ck_embed(s->tok_embd, s->ids, s->x, n, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        const size_t kv_off = (size_t)il * s->cfg.n_ctx * s->KV;
         ck_rmsnorm_rows(s->x, L->attn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
         if (L->qkv_fused) {
             ck_gemm(L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
@@ -654,21 +715,11 @@ static void launch_prefill(cuda_state *s, int n, int pos0, bool want_logits) {
             ck_gemm(L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, st);
             ck_gemm(L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, st);
         }
-        ck_rope_store(s->qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
-                      s->vc + kv_off, s->KV, st);
-        attn_args at;
-        memset(&at, 0, sizeof at);
-        at.q = s->qkv;
-        at.q_stride = s->NQKV;
-        at.k_cache = s->kc + kv_off;
-        at.v_cache = s->vc + kv_off;
-        at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
-        at.chunk = s->cfg.n_ctx;
-        at.pos0 = pos0;
-        at.out = s->atth;
-        at.out_stride = s->Qpad;
-        at.scale = 1.0f / sqrtf((float)hp->head_dim);
-        ck_attention(at, 1, n, st);
+        for (int r0 = 0, r1; r0 < n; r0 = r1) {
+            for (r1 = r0 + 1; r1 < n && rows[r1].seq == rows[r0].seq; r1++) {}
+            s->cur_seq = rows[r0].seq;
+            launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
+        }
         ck_gemm(L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, st);
         ck_rmsnorm_rows(s->x, L->ffn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
         ck_gemm(L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, st);
@@ -676,7 +727,6 @@ static void launch_prefill(cuda_state *s, int n, int pos0, bool want_logits) {
         ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
         ck_gemm(L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, st);
     }
-    if (want_logits) launch_logits(s, s->x + (size_t)(n - 1) * s->E);
 }
 
 /* ------------------------------------------------------------------ backend ops */
@@ -685,8 +735,12 @@ static void cuda_close(void *state) {
     cuda_state *s = (cuda_state *)state;
     if (!s) return;
     if (s->stream) cudaStreamSynchronize(s->stream);
-    if (s->gexec) cudaGraphExecDestroy(s->gexec);
-    if (s->graph) cudaGraphDestroy(s->graph);
+    for (int q = 0; s->gexecs && q < s->cfg.n_seq; q++)
+        if (s->gexecs[q]) cudaGraphExecDestroy(s->gexecs[q]);
+    for (int q = 0; s->graphs && q < s->cfg.n_seq; q++)
+        if (s->graphs[q]) cudaGraphDestroy(s->graphs[q]);
+    kiln_free(s->gexecs);
+    kiln_free(s->graphs);
     for (int i = 0; i < 2; i++)
         if (s->stage_ev[i]) cudaEventDestroy(s->stage_ev[i]);
     if (s->stream) cudaStreamDestroy(s->stream);
@@ -703,9 +757,6 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s has mixture-of-experts layers (%d experts, %d "
                          "used), which the CUDA backend does not run yet (use --device cpu)", hp->arch, hp->n_expert,
                          hp->n_expert_used);
-    if (hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s (neox rope / qkv bias / qk-norm) is not supported "
-                         "by the CUDA backend yet", hp->arch);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
                          hp->n_head_kv, CK_ATT_MAX_G);
@@ -713,38 +764,44 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: head_dim %d / n_rot %d (need even, head_dim <= 256)", hp->head_dim,
                          hp->n_rot);
     if (cfg->max_batch < 1 || cfg->n_ctx < 2) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda: n_ctx / max_batch too small");
-    if (cfg->n_seq > 1)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "n_seq > 1 is not implemented on the cuda backend yet (n_seq %d)", cfg->n_seq);
     return KILN_OK;
 }
 
-static kiln_status capture_graph(cuda_state *s) {
+/* Captures the decode step of sequence q (its cache's addresses are in the graph) into graphs[q]. */
+static kiln_status capture_graph(cuda_state *s, int q) {
+    s->cur_seq = q;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
     cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
     launch_decode_step(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
-    cudaError_t e = cudaStreamEndCapture(s->stream, &s->graph);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[q]);
     kiln_count_graph_capture();
     if (e != cudaSuccess) return cuda_fail(e, "graph capture");
     size_t n_nodes = 0, n_edges = 0;
-    cudaGraphGetNodes(s->graph, NULL, &n_nodes);
+    cudaGraphGetNodes(s->graphs[q], NULL, &n_nodes);
     s->graph_nodes = (int)n_nodes;
     /* how many of the graph's edges are programmatic (PDL) ones */
-    if (cudaGraphGetEdges(s->graph, NULL, NULL, NULL, &n_edges) == cudaSuccess && n_edges) {
+    s->graph_pdl_edges = 0;
+    if (cudaGraphGetEdges(s->graphs[q], NULL, NULL, NULL, &n_edges) == cudaSuccess && n_edges) {
         cudaGraphNode_t *ends = (cudaGraphNode_t *)kiln_malloc(2 * n_edges * sizeof(cudaGraphNode_t));
         cudaGraphEdgeData *ed = (cudaGraphEdgeData *)kiln_malloc(n_edges * sizeof(cudaGraphEdgeData));
-        if (ends && ed && cudaGraphGetEdges(s->graph, ends, ends + n_edges, ed, &n_edges) == cudaSuccess)
+        if (ends && ed && cudaGraphGetEdges(s->graphs[q], ends, ends + n_edges, ed, &n_edges) == cudaSuccess)
             for (size_t i = 0; i < n_edges; i++) s->graph_pdl_edges += ed[i].type == cudaGraphDependencyTypeProgrammatic;
         kiln_free(ends);
         kiln_free(ed);
     }
-    CU_TRY(cudaGraphInstantiate(&s->gexec, s->graph, 0), "graph instantiate");
+    CU_TRY(cudaGraphInstantiate(&s->gexecs[q], s->graphs[q], 0), "graph instantiate");
     kiln_count_graph_capture();
-    CU_TRY(cudaGraphUpload(s->gexec, s->stream), "graph upload");
+    CU_TRY(cudaGraphUpload(s->gexecs[q], s->stream), "graph upload");
     return KILN_OK;
 }
 
-static kiln_status forward_seq0(cuda_state *s, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax);
+static kiln_status capture_graphs(cuda_state *s) {
+    for (int q = 0; q < s->cfg.n_seq; q++) KILN_TRY(capture_graph(s, q));
+    return KILN_OK;
+}
+
+static kiln_status cuda_forward(void *state, const kiln_backend_batch *b);
 
 static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *ph, void **out) {
     *out = NULL;
@@ -786,6 +843,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     {
         const kiln_hparams *hp = &m->hp;
         s->E = hp->n_embd, s->Q = hp->n_head * hp->head_dim, s->KV = hp->n_head_kv * hp->head_dim, s->F = hp->n_ff;
+        s->qkv_post = hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm;
         s->V = hp->n_vocab, s->NQKV = s->Q + 2 * s->KV;
         s->Epad = (int)align_up((size_t)s->E, 32), s->Qpad = (int)align_up((size_t)s->Q, 32);
         s->Fpad = (int)align_up((size_t)s->F, 32);
@@ -855,6 +913,13 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             OPEN_TRY(upload_matrix(s, &L->w_down, &D->wd, 0));
             OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
             OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
+            if (D->bqkv) {
+                OPEN_TRY(upload_vector(s, &L->bq, D->bqkv));
+                OPEN_TRY(upload_vector(s, &L->bk, D->bqkv + s->Q));
+                OPEN_TRY(upload_vector(s, &L->bv, D->bqkv + s->Q + s->KV));
+            }
+            if (D->q_norm) OPEN_TRY(upload_vector(s, &L->q_norm, D->q_norm));
+            if (D->k_norm) OPEN_TRY(upload_vector(s, &L->k_norm, D->k_norm));
         }
         /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them),
          * with the model's frequency divisors (rope_freqs) and linear scaling folded in: every RoPE site
@@ -894,16 +959,19 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
 
     /* ---- the decode graph (kernel by kernel when the persistent kernel cannot be captured) */
     t0 = kiln_now_ns();
-    st = capture_graph(s);
-    if (st != KILN_OK && s->persistent) {
+    s->graphs = (cudaGraph_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->graphs);
+    s->gexecs = (cudaGraphExec_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->gexecs);
+    if (!s->graphs || !s->gexecs) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory for %d graphs", cfg->n_seq));
+    st = capture_graphs(s);
+    if (st != KILN_OK && s->persistent) { /* persistent means n_seq == 1: graph 0 only */
         KILN_WARN("cuda: %s; decoding kernel by kernel", kiln_last_error());
         (void)cudaGetLastError();
-        if (s->gexec) cudaGraphExecDestroy(s->gexec), s->gexec = NULL;
-        if (s->graph) cudaGraphDestroy(s->graph), s->graph = NULL;
+        if (s->gexecs[0]) cudaGraphExecDestroy(s->gexecs[0]), s->gexecs[0] = NULL;
+        if (s->graphs[0]) cudaGraphDestroy(s->graphs[0]), s->graphs[0] = NULL;
         s->persistent = false;
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (persistent kernel not capturable)");
         s->graph_nodes = s->graph_pdl_edges = 0;
-        st = capture_graph(s);
+        st = capture_graph(s, 0);
     }
     if (st != KILN_OK) goto fail;
     kiln_phases_add(ph, "open.graphs", kiln_now_ns() - t0);
@@ -911,11 +979,19 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
     /* ---- device warm pass: both paths once, then the cache is forgotten */
     t0 = kiln_now_ns();
     {
-        int32_t ids[2] = {0, 1 % m->hp.n_vocab}, next = 0;
-        const int n = cfg->max_batch >= 2 ? 2 : 1;
-        OPEN_TRY(forward_seq0(s, ids, n, 0, NULL, &next));
-        OPEN_TRY(forward_seq0(s, ids, 1, n, NULL, &next));
-        OPEN_TRY(forward_seq0(s, ids, 1, n + 1 < cfg->n_ctx ? n + 1 : n, s->conv_tmp, NULL));
+        /* a prefill of 2 positions with its output, a decode step with the argmax, one with logits */
+        const int n = cfg->max_batch >= 2 ? 2 : 1, id1 = 1 % m->hp.n_vocab;
+        const kiln_backend_row pre[2] = {{0, 0, 0, n == 1 ? KILN_BK_OUT_ARGMAX : KILN_BK_OUT_NONE},
+                                         {0, 1, id1, KILN_BK_OUT_ARGMAX}};
+        const kiln_backend_row dec1 = {0, n, 0, KILN_BK_OUT_ARGMAX}, dec2 = {0, n + 1 < cfg->n_ctx ? n + 1 : n, 0,
+                                                                             KILN_BK_OUT_LOGITS};
+        int32_t next = 0;
+        kiln_backend_batch b = {pre, n, 1, s->conv_tmp, &next};
+        OPEN_TRY(cuda_forward(s, &b));
+        b = (kiln_backend_batch){&dec1, 1, 1, s->conv_tmp, &next};
+        OPEN_TRY(cuda_forward(s, &b));
+        b = (kiln_backend_batch){&dec2, 1, 1, s->conv_tmp, &next};
+        OPEN_TRY(cuda_forward(s, &b));
     }
     kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
     *out = s;
@@ -927,55 +1003,55 @@ fail:
 #undef OPEN_CU
 }
 
-/* Runs tokens ids[0..n) of the one sequence at positions pos..; logits / argmax of the last one. */
-static kiln_status forward_seq0(cuda_state *s, const int32_t *ids, int n, int pos, float *logits, int32_t *argmax) {
+/* Copies output k (the logits in s->logits, the argmax in s->h_argmax after the sync) to the batch. */
+static kiln_status finish_output(cuda_state *s, const kiln_backend_batch *b, int k, int out) {
+    if (out == KILN_BK_OUT_LOGITS)
+        cudaMemcpyAsync(s->h_logits, s->logits, (size_t)s->V * 4, cudaMemcpyDeviceToHost, s->stream);
+    CU_TRY(cudaGetLastError(), "kernel launch");
+    CU_TRY(cudaStreamSynchronize(s->stream), "forward");
+    if (out == KILN_BK_OUT_LOGITS) memcpy(b->logits + (size_t)k * s->V, s->h_logits, (size_t)s->V * 4);
+    b->argmax[k] = *s->h_argmax;
+    return KILN_OK;
+}
+
+/* One row alone runs its sequence's decode graph (ids and position from device memory); any other batch runs
+ * eagerly through launch_rows (kernels all loaded and exercised at open), then the logits of each row that
+ * asks. */
+static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
+    cuda_state *s = (cuda_state *)state;
+    const int n = b->n;
     ck_set_pdl(s->pdl); /* eager launches take this session's setting */
-    KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && pos >= 0 && pos + n <= s->cfg.n_ctx);
-#ifdef KILN_CUDA_BREAK_GATE
-    /* never in a real build: a per-call allocation, to show the first-call gate test failing */
-    void *leak_check = NULL;
-    if (cudaMalloc(&leak_check, 256) == cudaSuccess) kiln_count_device_alloc(), cudaFree(leak_check);
-#endif
-    const bool want = logits || argmax;
+    KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && b->n_out <= s->cfg.max_out);
     if (n == 1) {
-        s->h_params[0] = ids[0];
-        s->h_params[1] = pos;
+        const kiln_backend_row *r = &b->rows[0];
+        s->cur_seq = r->seq;
+        s->h_params[0] = r->id;
+        s->h_params[1] = r->pos;
         if (s->use_graph) {
-            CU_TRY(cudaGraphLaunch(s->gexec, s->stream), "graph launch");
+            CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
         } else {
             cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
             launch_decode_step(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
-    } else {
-        if (ids != s->h_ids) memcpy(s->h_ids, ids, (size_t)n * sizeof(int32_t));
-        cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-        launch_prefill(s, n, pos, want);
-        if (want) cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
+        if (r->out == KILN_BK_OUT_NONE) {
+            CU_TRY(cudaStreamSynchronize(s->stream), "forward");
+            return KILN_OK;
+        }
+        return finish_output(s, b, 0, r->out);
     }
-    if (logits) cudaMemcpyAsync(s->h_logits, s->logits, (size_t)s->V * 4, cudaMemcpyDeviceToHost, s->stream);
+    for (int i = 0; i < n; i++) s->h_ids[i] = b->rows[i].id;
+    cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    launch_rows(s, b->rows, n);
+    for (int i = 0, k = 0; i < n; i++) {
+        if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
+        launch_logits(s, s->x + (size_t)i * s->E);
+        cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
+        KILN_TRY(finish_output(s, b, k++, b->rows[i].out));
+    }
     CU_TRY(cudaGetLastError(), "kernel launch");
     CU_TRY(cudaStreamSynchronize(s->stream), "forward");
-    if (logits) memcpy(logits, s->h_logits, (size_t)s->V * 4);
-    if (argmax) *argmax = *s->h_argmax;
     return KILN_OK;
-}
-
-/* The backend's forward for n_seq == 1: the rows are consecutive positions of sequence 0, and only the
- * last row may ask for an output (the batched paths come with n_seq > 1). */
-static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
-    cuda_state *s = (cuda_state *)state;
-    const int n = b->n;
-    const kiln_backend_row *last = &b->rows[n - 1];
-    if (b->n_out > 1 || (b->n_out == 1 && last->out == KILN_BK_OUT_NONE))
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: an output on a row other than the last is not implemented yet");
-    for (int i = 0; i < n; i++) {
-        KILN_ASSERT(b->rows[i].seq == 0 && b->rows[i].pos == b->rows[0].pos + i);
-        s->h_ids[i] = b->rows[i].id;
-    }
-    float *logits = b->n_out && last->out == KILN_BK_OUT_LOGITS ? b->logits : NULL;
-    int32_t *argmax = b->n_out ? b->argmax : NULL;
-    return forward_seq0(s, s->h_ids, n, b->rows[0].pos, logits, argmax);
 }
 
 static void cuda_reset(void *state, int seq) {

@@ -181,6 +181,54 @@ __global__ void k_rope_store(float *qkv, int stride, int pos0, int nq, int nk, i
         v_cache[(long long)pos * kv_dim + i] = __float2half(row[nq + nk + i]);
 }
 
+/* Rotates the pair (x[i0], x[i1]) of one head by pos * freq. */
+__device__ static void rope_pair(float *x, int i0, int i1, int pos, float freq) {
+    float sn, cs;
+    sincosf((float)pos * freq, &sn, &cs);
+    const float x0 = x[i0], x1 = x[i1];
+    x[i0] = x0 * cs - x1 * sn;
+    x[i1] = x0 * sn + x1 * cs;
+}
+
+/* One block per row: + bias, per-head RMSNorm (one warp a head), RoPE per pair of each q and k head, then the
+ * K/V append (ck_qkv_post). */
+__global__ void k_qkv_post(qkv_post_args a) {
+    pdl_wait_then_trigger();
+    const int t = blockIdx.x, pos = a.pos_dev ? *a.pos_dev : a.pos0 + t;
+    float *row = a.qkv + (long long)t * a.stride;
+    const int nqk = a.nq + a.nk, hd = a.head_dim, half = a.n_rot / 2;
+    if (a.bias) {
+        for (int i = threadIdx.x; i < nqk + a.nk; i += blockDim.x) row[i] += a.bias[i];
+        __syncthreads();
+    }
+    if (a.q_norm || a.k_norm) {
+        const int lane = threadIdx.x % 32;
+        for (int h = threadIdx.x / 32; h < nqk / hd; h += blockDim.x / 32) {
+            const float *w = h * hd < a.nq ? a.q_norm : a.k_norm;
+            if (!w) continue;
+            float *x = row + h * hd, ss = 0.0f;
+            for (int i = lane; i < hd; i += 32) ss += x[i] * x[i];
+            const float sc = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
+            for (int i = lane; i < hd; i += 32) x[i] = x[i] * sc * w[i];
+        }
+        __syncthreads();
+    }
+    for (int p = threadIdx.x; p < nqk / 2; p += blockDim.x) {
+        const int h = 2 * p / hd, j = p - h * (hd / 2); /* head h, its pair j of hd/2 */
+        float *x = row + h * hd;
+        int i0 = 2 * j, i1 = 2 * j + 1;
+        if (a.neox && j < half) i0 = j, i1 = j + half;
+        if (j < half) rope_pair(x, i0, i1, pos, a.rope_freq[j]);
+        if (h * hd >= a.nq) {
+            __half *k = a.k_cache + (long long)pos * a.kv_dim + (h * hd - a.nq);
+            k[i0] = __float2half(x[i0]);
+            k[i1] = __float2half(x[i1]);
+        }
+    }
+    for (int i = threadIdx.x; i < a.nk; i += blockDim.x)
+        a.v_cache[(long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
+}
+
 __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out, int out_stride) {
     pdl_wait_then_trigger();
     const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
@@ -221,6 +269,7 @@ static const struct {
     {(const void *)k_attention, "attention"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
     {(const void *)k_rope_store, "rope_store"},
+    {(const void *)k_qkv_post, "qkv_post"},
     {(const void *)k_swiglu_rows, "swiglu_rows"},
     {(const void *)k_swiglu_vec, "swiglu_vec"},
     {(const void *)k_repack, "repack"},
@@ -329,6 +378,10 @@ void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, 
                    const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
     launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, nq, nk, head_dim, n_rot, rope_freq,
            k_cache, v_cache, kv_dim);
+}
+
+void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st) {
+    launch(k_qkv_post, dim3(n_tok), dim3(256), 0, st, true, a);
 }
 
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st) {

@@ -112,6 +112,23 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
              cudaStream_t st);
 void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
                    const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st);
+/* The Q/K/V rows after their matmul when the blocks ask for more than RoPE (biases, per-head RMSNorm of q and
+ * k, NEOX RoPE): in this order, as the CPU backend does, then q stays in place and k, v go to the cache. */
+typedef struct qkv_post_args {
+    float *qkv;
+    int stride;                    /* floats between the rows of q|k|v */
+    int pos0;                      /* position of row 0 (rows follow), unless pos_dev */
+    const int *pos_dev;            /* one row at *pos_dev (the decode graph reads it from device memory) */
+    int nq, nk, head_dim, n_rot;
+    bool neox;                     /* pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
+    const float *bias;             /* nq + 2 nk floats, or NULL */
+    const float *q_norm, *k_norm;  /* head_dim floats each, or NULL */
+    float eps;
+    const float *rope_freq;
+    __half *k_cache, *v_cache;
+    int kv_dim;
+} qkv_post_args;
+void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st);
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st);
 void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream_t st);
 /* Upload helper: splits n_blocks raw blocks (block_bytes each) into q (q_len bytes from q_off) and d. */

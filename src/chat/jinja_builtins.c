@@ -6,7 +6,7 @@
  * Strings are UTF-8; lengths, indices and slices count code points as Python does. Case mapping
  * (upper/lower/title/capitalize) covers ASCII only; other characters pass through unchanged.
  */
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <errno.h>
 #include <math.h>
@@ -58,11 +58,15 @@ void jbuf_add(jbuf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap * 2 : 64;
         while (cap < b->n + n + 1) cap *= 2;
         char *np = jctx_alloc(b->c, b->at, cap);
-        if (b->n) memcpy(np, b->p, b->n);
+        if (b->n) {
+            memcpy(np, b->p, b->n);
+            jtrack_copy(b->c, np, b->p, b->n);
+        }
         b->p = np;
         b->cap = cap;
     }
     memcpy(b->p + b->n, s, n);
+    jtrack_copy(b->c, b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
@@ -1616,6 +1620,7 @@ static jv filter_tojson(jctx *c, const jnode *at, jv v, const jargs *args) {
             jv s = need_str(c, at, "tojson separators", p[2].u.list->items[k]);
             seps[k] = jctx_alloc(c, at, (size_t)s.len + 1);
             memcpy(seps[k], s.u.s, s.len);
+            jtrack_copy(c, seps[k], s.u.s, s.len);
             if (memchr(s.u.s, 0, s.len)) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "tojson: NUL in separators");
         }
         o.item_sep = seps[0];

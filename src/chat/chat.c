@@ -1,5 +1,5 @@
 /* chat.c — chat templates: built-ins, loading, rendering conversations, GGUF facts (see chat.h). */
-#include "tokenizer/chat.h"
+#include "chat/chat.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,11 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "tokenizer/jinja.h"
-
-struct kiln_chat_template {
-    jinja_template *tmpl;
-};
+#include "chat/jinja.h"
 
 #define CHAT_MAX_FILE (16u << 20)
 
@@ -91,6 +87,8 @@ const char *kiln_chat_template_note(const kiln_chat_template *t) { return jinja_
 void kiln_chat_template_free(kiln_chat_template *t) {
     if (!t) return;
     jinja_free(t->tmpl);
+    kiln_free(t->bos);
+    kiln_free(t->eos);
     kiln_free(t);
 }
 
@@ -197,8 +195,14 @@ kiln_status kiln_chat_template_resolve(const char *name_or_path, kiln_chat_templ
 /* ---------------------------------------------------------------- rendering */
 
 kiln_status kiln_chat_render_vars(const kiln_chat_template *t, const json_t *vars, int64_t now, char **out, size_t *out_len) {
+    return kiln_chat_render_vars_marked(t, vars, now, out, out_len, NULL);
+}
+
+kiln_status kiln_chat_render_vars_marked(const kiln_chat_template *t, const json_t *vars, int64_t now, char **out,
+                                         size_t *out_len, uint8_t **mask) {
     KILN_ASSERT(t && out);
     *out = NULL;
+    if (mask) *mask = NULL;
     if (!json_is_object(vars)) return kiln_fail(KILN_ERR_INVALID_ARG, "chat variables must be a JSON object");
     json_t *v = json_copy((json_t *)vars);
     if (!v) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -207,7 +211,7 @@ kiln_status kiln_chat_render_vars(const kiln_chat_template *t, const json_t *var
     if (!json_object_get(v, "documents")) rc |= json_object_set_new(v, "documents", json_null());
     if (!json_object_get(v, "add_generation_prompt")) rc |= json_object_set_new(v, "add_generation_prompt", json_false());
     if (rc) { json_decref(v); return kiln_fail(KILN_ERR_NOMEM, "out of memory"); }
-    jinja_render_opts o = {.now = now};
+    jinja_render_opts o = {.now = now, .content_mask = mask};
     kiln_status st = jinja_render(t->tmpl, v, &o, out, out_len);
     json_decref(v);
     return st;
@@ -250,7 +254,7 @@ kiln_status kiln_chat_render(const kiln_chat_template *t, const kiln_chat_messag
     json_object_set_new(vars, "bos_token", bos);
     json_object_set_new(vars, "eos_token", eos);
     json_object_set_new(vars, "add_generation_prompt", json_boolean(opts->add_generation_prompt));
-    st = kiln_chat_render_vars(t, vars, opts->now, out, out_len);
+    st = kiln_chat_render_vars_marked(t, vars, opts->now, out, out_len, opts->content_mask);
 done:
     json_decref(arr);
     json_decref(vars);

@@ -8,7 +8,7 @@
  * AST of jinja.h in the template's arena with jinja2's operator precedence. Every error longjmps back
  * to jinja_parse with a message naming the construct and its line:column.
  */
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <errno.h>
 #include <stdarg.h>

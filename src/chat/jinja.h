@@ -16,6 +16,18 @@
  *
  * Files: jinja_arena.c, jinja_parse.c, jinja_eval.c, jinja_builtins.c.
  *
+ * Content tracking (jinja_render_opts.content_mask), so that a chat prompt can be tokenized with the
+ * template's markup parsed for special tokens and message content not: the strings of the variables
+ * `messages` (every string, keys included, except each message's "role"), `tools` and `documents` are
+ * content. Every byte of the render arena has a shadow byte (1 = content); the shadow follows the bytes
+ * wherever they are copied (concatenation, block captures, views such as trim or slices keep pointing at
+ * the content itself). An operation that makes new bytes out of its inputs (a filter, a method, a global,
+ * `%` formatting, `~` or printing of a list or dict, Markup escaping) with any content among its inputs
+ * marks every byte it makes as content, except bytes copied from the template's own text; so no
+ * transformation of content (upper, tojson, repr, replace, ...) can turn it into markup. Markup that
+ * passes through such an operation together with content may come out marked as content (safe: it is then
+ * tokenized as text). The rendered text is the same with tracking on or off.
+ *
  * Supported: {{ }}, {% if/elif/else %}, {% for %} (tuple targets, `if` filter, else, loop.index/index0/
  * revindex/revindex0/first/last/length/previtem/nextitem/depth/cycle/changed, break/continue),
  * {% set %} (names, tuples, ns.attr, block set with filters), {% macro %} (defaults, varargs, kwargs,
@@ -29,8 +41,8 @@
  * differences from Python in printing only: range objects and dict views print as lists; case mapping
  * covers Latin, Greek, Cyrillic and fullwidth letters.
  */
-#ifndef KILN_TOKENIZER_JINJA_H
-#define KILN_TOKENIZER_JINJA_H
+#ifndef KILN_CHAT_JINJA_H
+#define KILN_CHAT_JINJA_H
 
 #include <setjmp.h>
 #include <stdbool.h>
@@ -57,6 +69,9 @@ typedef struct jinja_render_opts {
     int64_t now;
     /* Upper bound on the rendered size in bytes (0 = 64 MiB). */
     size_t max_output;
+    /* When not NULL: content tracking is on and *content_mask receives one byte per output byte (kiln_malloc'd,
+     * out_len bytes): 1 where the byte is message content, 0 where it is the template's markup (see below). */
+    uint8_t **content_mask;
 } jinja_render_opts;
 
 /* Renders t with the variables of the JSON object vars (may be NULL). *out is kiln_malloc'd, NUL-
@@ -73,11 +88,16 @@ typedef struct jinja_arena {
     jinja_arena_chunk *head;
     size_t total;   /* bytes handed out so far */
     size_t limit;   /* 0 = no limit */
+    bool shadow;    /* every byte has a shadow byte (content tracking); set before the first allocation */
 } jinja_arena;
 
 /* Zeroed memory aligned to 16; NULL when the limit is reached or the heap is exhausted. */
 void *jinja_arena_alloc(jinja_arena *a, size_t n);
 void jinja_arena_free(jinja_arena *a);
+/* The shadow bytes of p[0..n) when those bytes lie in one of a's allocations (a->shadow set); else NULL. */
+unsigned char *jinja_arena_shadow(const jinja_arena *a, const void *p, size_t n);
+/* True when p points into memory a handed out. */
+bool jinja_arena_contains(const jinja_arena *a, const void *p);
 
 /* --- values */
 typedef enum jv_type {
@@ -188,12 +208,19 @@ typedef struct jctx {
     int depth, macro_depth;
     int64_t now;
     const char *tmpl_name;
+    /* content tracking (see the top of this file); off: all of these are zero */
+    bool track;
+    bool fresh;                       /* inside an operation with content among its inputs */
+    unsigned char *out_mask;          /* one byte per byte of out (kiln_realloc'd with it) */
+    const jinja_arena *tmpl_arena;    /* the template's text: always markup */
 } jctx;
 
 /* Fails the render: records "name:line:col: message" and longjmps. */
 void jctx_fail(jctx *c, const jnode *at, kiln_status st, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 4, 5)));
 void *jctx_alloc(jctx *c, const jnode *at, size_t n);
+/* Content tracking: records that dst[0..n) (render arena memory) now holds a copy of src[0..n). */
+void jtrack_copy(jctx *c, void *dst, const void *src, size_t n);
 
 jv jv_undefined(const char *name, size_t len);
 jv jv_none(void);

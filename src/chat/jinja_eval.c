@@ -7,7 +7,7 @@
  * seen after it); `if` opens no scope; a macro body runs in a scope whose parent is the template's top
  * level; namespace() objects are shared references, so `set ns.attr` inside a loop persists.
  */
-#include "tokenizer/jinja.h"
+#include "chat/jinja.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -50,6 +50,117 @@ void *jctx_alloc(jctx *c, const jnode *at, size_t n) {
     return p;
 }
 
+/* ---------------------------------------------------------------- content tracking */
+
+/* Fills sh[0..n) with the content marks of src[0..n): the shadow where src is render memory, 0 for the
+ * template's text, else (static tables, the stack, variables that are not content) 1 inside an operation
+ * on content and 0 outside one. */
+static void shadow_of(jctx *c, unsigned char *sh, const void *src, size_t n) {
+    const unsigned char *from = jinja_arena_shadow(&c->arena, src, n);
+    const char *q = src;
+    if (!from && c->out && q >= c->out && q < c->out + c->out_len) from = c->out_mask + (q - c->out);
+    if (from) memmove(sh, from, n);
+    else memset(sh, !jinja_arena_contains(c->tmpl_arena, src) && c->fresh, n);
+}
+
+void jtrack_copy(jctx *c, void *dst, const void *src, size_t n) {
+    if (!c->track || !n) return;
+    unsigned char *sh = jinja_arena_shadow(&c->arena, dst, n);
+    KILN_ASSERT(sh);
+    shadow_of(c, sh, src, n);
+}
+
+/* A string of content: copied into the render arena with its shadow set. */
+static jv content_str(jctx *c, const char *s, size_t n) {
+    if (n >= UINT32_MAX) jctx_fail(c, NULL, KILN_ERR_INVALID_ARG, "string variable too long");
+    char *d = jctx_alloc(c, NULL, n + 1);
+    if (n) memcpy(d, s, n);
+    memset(jinja_arena_shadow(&c->arena, d, n + 1), 1, n + 1);
+    return jv_str(d, n);
+}
+
+/* jv_from_json where every string, keys included, is content. */
+static jv content_from_json(jctx *c, const json_t *j) {
+    if (json_is_string(j)) return content_str(c, json_string_value(j), json_string_length(j));
+    if (json_is_array(j)) {
+        jv l = jv_new_list(c, NULL, json_array_size(j));
+        size_t i;
+        json_t *val;
+        json_array_foreach(j, i, val) jv_list_push(c, NULL, l, content_from_json(c, val));
+        return l;
+    }
+    if (json_is_object(j)) {
+        jv d = jv_new_dict(c, NULL, json_object_size(j));
+        const char *k;
+        json_t *val;
+        json_object_foreach((json_t *)j, k, val) jv_dict_set(c, NULL, d, content_str(c, k, strlen(k)), content_from_json(c, val));
+        return d;
+    }
+    return jv_from_json(c, j);
+}
+
+/* The variable `messages` with content tracking: each message's "role" is markup, the rest content. */
+static jv messages_from_json(jctx *c, const json_t *j) {
+    if (!json_is_array(j)) return content_from_json(c, j);
+    jv l = jv_new_list(c, NULL, json_array_size(j));
+    size_t i;
+    json_t *msg;
+    json_array_foreach(j, i, msg) {
+        if (!json_is_object(msg)) { jv_list_push(c, NULL, l, content_from_json(c, msg)); continue; }
+        jv d = jv_new_dict(c, NULL, json_object_size(msg));
+        const char *k;
+        json_t *val;
+        json_object_foreach(msg, k, val) {
+            bool role = !strcmp(k, "role");
+            jv_dict_set(c, NULL, d, jv_str(k, strlen(k)), role ? jv_from_json(c, val) : content_from_json(c, val));
+        }
+        jv_list_push(c, NULL, l, d);
+    }
+    return l;
+}
+
+static jv var_from_json(jctx *c, const char *name, const json_t *j) {
+    if (!c->track) return jv_from_json(c, j);
+    if (!strcmp(name, "messages")) return messages_from_json(c, j);
+    if (!strcmp(name, "tools") || !strcmp(name, "documents")) return content_from_json(c, j);
+    return jv_from_json(c, j);
+}
+
+/* True when any byte of a string reachable from v is content (conservatively true past a budget of
+ * values, so that shared or cyclic structures stay cheap). */
+static bool has_content_in(jctx *c, jv v, int *budget) {
+    if (--*budget < 0) return true;
+    switch (v.type) {
+    case JV_STRING: {
+        if (!v.len) return false;
+        const unsigned char *sh = jinja_arena_shadow(&c->arena, v.u.s, v.len);
+        return sh && memchr(sh, 1, v.len);
+    }
+    case JV_LIST:
+        for (size_t i = 0; i < v.u.list->n; i++) if (has_content_in(c, v.u.list->items[i], budget)) return true;
+        return false;
+    case JV_DICT: case JV_NAMESPACE:
+        for (size_t i = 0; i < v.u.dict->n; i++)
+            if (has_content_in(c, v.u.dict->keys[i], budget) || has_content_in(c, v.u.dict->vals[i], budget)) return true;
+        return false;
+    case JV_CALLABLE: return v.u.fn->kind == JFN_METHOD && has_content_in(c, v.u.fn->self, budget);
+    case JV_LOOP: return has_content_in(c, v.u.loop->items, budget);
+    default: return false;
+    }
+}
+
+static bool has_content(jctx *c, jv v) {
+    int budget = 100000;
+    return c->track && has_content_in(c, v, &budget);
+}
+
+static bool args_have_content(jctx *c, const jargs *a) {
+    if (!c->track) return false;
+    for (size_t i = 0; i < a->n_pos; i++) if (has_content(c, a->pos[i])) return true;
+    for (size_t i = 0; i < a->n_kw; i++) if (has_content(c, a->kw_vals[i])) return true;
+    return false;
+}
+
 /* ---------------------------------------------------------------- values */
 
 jv jv_undefined(const char *name, size_t len) {
@@ -71,6 +182,7 @@ jv jv_str_copy(jctx *c, const jnode *at, const char *s, size_t len) {
     if (len >= UINT32_MAX) jctx_fail(c, at, KILN_ERR_INVALID_ARG, "string too long");
     char *d = jctx_alloc(c, at, len + 1);
     if (len) memcpy(d, s, len);
+    jtrack_copy(c, d, s, len);
     return jv_str(d, len);
 }
 
@@ -333,21 +445,30 @@ static void out_add(jctx *c, const jnode *at, const char *s, size_t n) {
     if (c->out_len + n + 1 > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap : 4096;
         while (cap < c->out_len + n + 1) cap *= 2;
+        if (c->track) {
+            unsigned char *nm = kiln_realloc(c->out_mask, cap);
+            if (!nm) jctx_fail(c, at, KILN_ERR_NOMEM, "out of memory for the rendered output");
+            c->out_mask = nm;
+        }
         char *nb = kiln_realloc(c->out, cap);
         if (!nb) jctx_fail(c, at, KILN_ERR_NOMEM, "out of memory for the rendered output");
         c->out = nb;
         c->out_cap = cap;
     }
+    if (c->track) shadow_of(c, c->out_mask + c->out_len, s, n);
     memcpy(c->out + c->out_len, s, n);
     c->out_len += n;
 }
 
 static void out_value(jctx *c, const jnode *at, jv v) {
     if (v.type == JV_STRING) { out_add(c, at, v.u.s, v.len); return; }
+    bool fresh = c->fresh;
+    c->fresh = fresh || has_content(c, v);
     jbuf b;
     jbuf_init(&b, c, at);
     jv_to_str(&b, v);
     out_add(c, at, b.p, b.n);
+    c->fresh = fresh;
 }
 
 /* ---------------------------------------------------------------- expressions */
@@ -612,6 +733,31 @@ static jv eval_slice(jctx *c, const jnode *n, jscope *s) {
     return jv_undefined(NULL, 0);
 }
 
+/* A filter; its bytes are content when its input or arguments hold any. */
+static jv apply_filter(jctx *c, const jnode *f, jv in, const jargs *a) {
+    bool fresh = c->fresh;
+    c->fresh = fresh || has_content(c, in) || args_have_content(c, a);
+    jv r = jinja_apply_filter(c, f, f->op, in, a);
+    c->fresh = fresh;
+    return r;
+}
+
+/* A call; a builtin's bytes are content when the callee (a bound method) or the arguments hold any; a
+ * macro's body is tracked as it runs. */
+static jv call_fn(jctx *c, const jnode *at, jv fn, const jargs *a) {
+    bool fresh = c->fresh;
+    if (!(fn.type == JV_CALLABLE && fn.u.fn->kind == JFN_MACRO))
+        c->fresh = fresh || has_content(c, fn) || args_have_content(c, a);
+    jv r = jinja_call(c, at, fn, a);
+    c->fresh = fresh;
+    return r;
+}
+
+static bool plain_operand(jv v) {
+    return (v.type == JV_STRING && !(v.flags & JVF_SAFE)) || v.type == JV_INT || v.type == JV_FLOAT ||
+           v.type == JV_BOOL || v.type == JV_NONE || v.type == JV_UNDEFINED;
+}
+
 static jv eval(jctx *c, const jnode *n, jscope *s) {
     step(c, n);
     if (++c->depth > JINJA_MAX_EVAL_DEPTH) jctx_fail(c, n, KILN_ERR_INVALID_ARG, "evaluation nested too deeply");
@@ -630,7 +776,7 @@ static jv eval(jctx *c, const jnode *n, jscope *s) {
         jv fn = eval(c, n->a, s);
         jargs a;
         eval_args(c, n, s, &a);
-        r = jinja_call(c, n, fn, &a);
+        r = call_fn(c, n, fn, &a);
         break;
     }
     case JN_FILTER: {
@@ -639,7 +785,7 @@ static jv eval(jctx *c, const jnode *n, jscope *s) {
         jv in = eval(c, n->a, s);
         jargs a;
         eval_args(c, n, s, &a);
-        r = jinja_apply_filter(c, n, n->op, in, &a);
+        r = apply_filter(c, n, in, &a);
         break;
     }
     case JN_TEST: {
@@ -653,8 +799,14 @@ static jv eval(jctx *c, const jnode *n, jscope *s) {
         break;
     }
     case JN_BINOP: {
-        jv a = eval(c, n->a, s);
-        r = arith(c, n, (jop)n->op, a, eval(c, n->b, s));
+        jv a = eval(c, n->a, s), b = eval(c, n->b, s);
+        /* joining plain strings and numbers copies bytes (tracked as they go); %, Markup escaping and the
+         * printing of containers make new bytes */
+        bool fresh = c->fresh;
+        if (n->op == JOP_MOD || !plain_operand(a) || !plain_operand(b))
+            c->fresh = fresh || has_content(c, a) || has_content(c, b);
+        r = arith(c, n, (jop)n->op, a, b);
+        c->fresh = fresh;
         break;
     }
     case JN_COMPARE: {
@@ -747,7 +899,7 @@ static jv apply_chain(jctx *c, const jnode *f, jscope *s, jv v) {
         jctx_fail(c, f, KILN_ERR_UNSUPPORTED, "unsupported filter '%.*s'", (int)f->value.len, f->value.u.s);
     jargs a;
     eval_args(c, f, s, &a);
-    return jinja_apply_filter(c, f, f->op, v, &a);
+    return apply_filter(c, f, v, &a);
 }
 
 static signal_t exec_for(jctx *c, const jnode *n, jscope *s) {
@@ -830,7 +982,7 @@ static signal_t exec_stmt(jctx *c, const jnode *n, jscope *s) {
         a.kw_lens = lens;
         a.kw_vals = kv;
         a.n_kw++;
-        out_value(c, n, jinja_call(c, call, fn, &a));
+        out_value(c, n, call_fn(c, call, fn, &a));
         return SIG_NONE;
     }
     case JN_MACRO: {
@@ -932,10 +1084,14 @@ kiln_status jinja_render(const jinja_template *t, const json_t *vars, const jinj
     c->out_max = opts && opts->max_output ? opts->max_output : JINJA_DEFAULT_MAX_OUTPUT;
     c->now = opts ? opts->now : 0;
     c->tmpl_name = t->name;
+    c->track = c->arena.shadow = opts && opts->content_mask;
+    c->tmpl_arena = &t->arena;
+    if (c->track) *opts->content_mask = NULL;
     if (setjmp(c->fail)) {
         kiln_status st = c->fail_status;
         jinja_arena_free(&c->arena);
         kiln_free(c->out);
+        kiln_free(c->out_mask);
         kiln_free(c);
         return st;
     }
@@ -944,17 +1100,21 @@ kiln_status jinja_render(const jinja_template *t, const json_t *vars, const jinj
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)vars, k, v) {
-            scope_set(c, NULL, c->globals, k, strlen(k), jv_from_json(c, v));
+            scope_set(c, NULL, c->globals, k, strlen(k), var_from_json(c, k, v));
         }
     }
     c->root = scope_new(c, c->globals);
     exec_body(c, t->root, c->root);
-    out_add(c, NULL, "", 0);
     if (!c->out) {
         c->out = kiln_malloc(1);
         if (!c->out) jctx_fail(c, NULL, KILN_ERR_NOMEM, "out of memory");
     }
+    if (c->track && !c->out_mask) {
+        c->out_mask = kiln_malloc(1);
+        if (!c->out_mask) jctx_fail(c, NULL, KILN_ERR_NOMEM, "out of memory");
+    }
     c->out[c->out_len] = 0;
+    if (c->track) *opts->content_mask = c->out_mask;
     *out = c->out;
     if (out_len) *out_len = c->out_len;
     jinja_arena_free(&c->arena);

@@ -1,0 +1,135 @@
+/*
+ * sample_internal.h — the pieces of the sampler behind include/kiln.h's sampling API.
+ *
+ * A call never copies the vocabulary. The logits are read in blocks of SAMPLE_BLOCK floats through a
+ * "view": the few blocks that hold a penalized id (and the partial last block) are copied into a side
+ * buffer with the penalized values substituted (the last block padded with -inf), every other block is
+ * read in place. One pass records each block's maximum; later passes skip every block whose maximum is
+ * below what they look for, so that top-k and the bands of top-p / min-p / the draw touch only the blocks
+ * that can contribute.
+ *
+ * Files: sample.c (API, the chain), sample_penalty.c (repetition, presence, frequency), sample_view.c (the
+ * view and the passes over it), sample_cand.c (candidate sorting, top-n heap), sample_kernels.c (scalar
+ * reference kernels, dispatch) and sample_kernels_avx2.c (their AVX2 variants).
+ */
+#ifndef KILN_SAMPLE_INTERNAL_H
+#define KILN_SAMPLE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SAMPLE_BLOCK 64
+
+typedef struct cand { int32_t id; float logit; float p; } cand;
+
+/* ---- kernels (sample_kernels.c, sample_kernels_avx2.c) ---- */
+
+/* bm[b] = max of x[b*64 .. b*64+64) for b < nblk (x holds nblk full blocks). */
+typedef void (*sample_block_max_fn)(const float *x, int nblk, float *bm);
+/* Sum over i < n of (double)expf((x[i] - m) / temp): the terms of the definition's softmax (same float
+ * expression, same expf), accumulated in double. */
+typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float temp);
+
+typedef struct sample_kernels {
+    sample_block_max_fn block_max;
+    sample_exp_sum_fn exp_sum;       /* exact terms */
+    sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively */
+} sample_kernels;
+
+/* Relative error bound of exp_sum_fast's terms (so of its sum, which is >= 1 where the sampler uses it). */
+#define SAMPLE_FAST_EXP_ERR 3e-7
+
+void sample_block_max_ref(const float *x, int nblk, float *bm);
+double sample_exp_sum_ref(const float *x, int n, float m, float temp);
+/* AVX2 + FMA variants (call only when kiln_cpu_has_avx2()): block_max is exact; exp_sum's terms are glibc's
+ * expf bit for bit (only the order of the double additions differs). */
+void sample_block_max_avx2(const float *x, int nblk, float *bm);
+double sample_exp_sum_avx2(const float *x, int n, float m, float temp);
+double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp);
+/* The AVX2 kernels when the CPU has them and KILN_NO_SIMD is unset, else the references. */
+sample_kernels sample_kernels_select(void);
+
+/* ---- the view of one call's penalized logits (sample_view.c) ---- */
+
+typedef struct sample_view {
+    const float *logits;  /* the caller's logits of the current call */
+    int nv, nb;           /* vocabulary size, blocks (the last may be partial) */
+    float *side;          /* max_dirty blocks: copies of the dirty blocks */
+    int32_t *slot;        /* nb: index of the block's copy in side, or -1 (read in place) */
+    int32_t *dirty;       /* the blocks that have a copy, n_dirty of them */
+    int n_dirty, max_dirty;
+    float *bm;            /* nb: each block's maximum */
+    float *scratch;       /* nb floats for sample_view_top */
+    float max;            /* the maximum of all (penalized) logits */
+} sample_view;
+
+/* Allocates the view's buffers for n_vocab ids and up to max_penalized penalized ids per call. */
+int sample_view_init(sample_view *v, int n_vocab, int max_penalized);
+void sample_view_free(sample_view *v);
+/* Points the view at logits with np penalized values (pid[i] gets pval[i]) and records the block maxima. */
+void sample_view_build(sample_view *v, const sample_kernels *k, const float *logits, const int32_t *pid,
+                       const float *pval, int np);
+
+static inline const float *sample_view_block(const sample_view *v, int b) {
+    return v->slot[b] >= 0 ? v->side + (size_t)v->slot[b] * SAMPLE_BLOCK : v->logits + (size_t)b * SAMPLE_BLOCK;
+}
+static inline int sample_view_block_len(const sample_view *v, int b) {
+    const int rest = v->nv - b * SAMPLE_BLOCK;
+    return rest < SAMPLE_BLOCK ? rest : SAMPLE_BLOCK;
+}
+
+/* The (penalized) logit of one id. */
+float sample_view_logit(const sample_view *v, int32_t id);
+/* The lowest id holding the maximum. */
+int32_t sample_view_argmax(const sample_view *v);
+/* Sum over every id of expf((logit - max) / temp), with fn (k->exp_sum or k->exp_sum_fast). */
+double sample_view_exp_sum(const sample_view *v, sample_exp_sum_fn fn, float temp);
+/* Appends to out, in ascending id order, the candidates with lo <= logit < hi (first: lo <= logit, +inf
+ * included); returns their count. Visits only the blocks whose maximum is >= lo. */
+int sample_view_collect(const sample_view *v, float lo, float hi, int first, cand *out);
+/* The k (1 <= k <= nv) largest logits into heap[0..k), sorted best first (ties: lower id first); returns k
+ * (fewer only when logits are NaN). When k <= nb, the k-th largest block maximum bounds the k-th largest
+ * logit from below (k blocks hold an id at least that large), so only the blocks that reach it are read. */
+int sample_view_top(const sample_view *v, int k, cand *heap);
+
+/* ---- penalties (sample_penalty.c) ---- */
+
+/* The window of the last last_n accepted ids and the penalized logits of its distinct ids. */
+typedef struct sample_penalty {
+    float repeat, presence, frequency;
+    int last_n, n_recent, head, n_vocab;
+    int32_t *recent;     /* ring of last_n ids */
+    uint32_t *stamp;     /* n_vocab: the apply call that last counted the id */
+    int32_t *count;      /* n_vocab: occurrences in the window (valid where stamp is current) */
+    uint32_t calls;
+    int32_t *pid;        /* the distinct ids of the window (at most min(last_n, n_vocab)) */
+    float *pval;         /* their penalized logits */
+} sample_penalty;
+
+/* The most ids one call penalizes. */
+int sample_penalty_max(int last_n, int n_vocab);
+int sample_penalty_init(sample_penalty *pen, float repeat, float presence, float frequency, int last_n, int n_vocab);
+void sample_penalty_free(sample_penalty *pen);
+void sample_penalty_reset(sample_penalty *pen);
+void sample_penalty_accept(sample_penalty *pen, int32_t id);
+/* Fills pid/pval with each distinct id of the window (ids outside the vocabulary are ignored) and its
+ * penalized logit, as llama.cpp's penalties sampler: the repeat penalty divides a positive logit and
+ * multiplies a non-positive one, then count * frequency + (count > 0) * presence is subtracted. Returns
+ * their count (0 when every penalty is off). */
+int sample_penalty_apply(sample_penalty *pen, const float *logits);
+
+/* ---- candidates (sample_cand.c) ---- */
+
+/* Sorts c[0..n) by logit descending, stably (c must be in ascending id order, so ties end lower id
+ * first: the order of the reference comparator; a -0 logit comes back as +0); tmp holds 2n items of
+ * scratch. NaN never occurs. */
+void sample_cand_sort(cand *c, int n, uint64_t *tmp);
+/* Heap of the best k seen so far, worst at the root: push while count < k, then offer. */
+void sample_heap_push(cand *h, int *count, cand x);
+void sample_heap_offer(cand *h, int k, cand x);
+/* Sorts a full heap of k best first (heapsort: pops the worst to the back). */
+void sample_heap_sort(cand *h, int k);
+/* The k-th largest of x[0..n) (1 <= k <= n); scratch holds k floats. */
+float sample_kth_largest(const float *x, int n, int k, float *scratch);
+
+#endif

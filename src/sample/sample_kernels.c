@@ -1,0 +1,32 @@
+/* sample_kernels.c — scalar reference kernels of the sampler's passes over the logits, and the run-time
+ * choice between them and their AVX2 variants (sample_kernels_avx2.c). */
+#include <math.h>
+
+#include "base/env.h"
+#include "formats/formats.h"
+#include "sample/sample_internal.h"
+
+void sample_block_max_ref(const float *x, int nblk, float *bm) {
+    for (int b = 0; b < nblk; b++) {
+        const float *p = x + (size_t)b * SAMPLE_BLOCK;
+        float m = p[0];
+        for (int j = 1; j < SAMPLE_BLOCK; j++) m = p[j] > m ? p[j] : m;
+        bm[b] = m;
+    }
+}
+
+double sample_exp_sum_ref(const float *x, int n, float m, float temp) {
+    double z = 0.0;
+    for (int i = 0; i < n; i++) z += (double)expf((x[i] - m) / temp);
+    return z;
+}
+
+sample_kernels sample_kernels_select(void) {
+    sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref};
+    if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) {
+        k.block_max = sample_block_max_avx2;
+        k.exp_sum = sample_exp_sum_avx2;
+        k.exp_sum_fast = sample_exp_sum_fast_avx2;
+    }
+    return k;
+}
