@@ -2,7 +2,7 @@
  * test_archs.c — the architectures against llama.cpp on the tiny random-weight models of
  * ../shared/models/archs: the reference's prompt and then its generated tokens are fed one by one (teacher
  * forcing) and every step's full logits are compared (CPU and CUDA: qwen2, qwen3 and
- * llama with rope_freqs). Also: RoPE scaling metadata (linear scaling checked against an independent double-precision
+ * llama with rope_freqs; CPU: qwen3moe, also inside a batch of sequences). Also: RoPE scaling metadata (linear scaling checked against an independent double-precision
  * forward pass written here; YaRN and the rest refused naming the key) and tensors the model does not use
  * (a warning naming them; an error with a strict open).
  */
@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "formats/formats.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "test_gpu.h"
 
 #define REF_DIR "models/archs/expected/llama.cpp/"
@@ -74,8 +75,9 @@ static int32_t argmax_of(const float *x, int n) {
 
 /* Teacher forcing on `model` with the device dev: step 0 is the prompt's last position, step i the position
  * of generated token i-1; at every step the cosine to llama.cpp's logits must be >= min_cos and the argmax
- * must be llama.cpp's generated id. Prints and returns the worst cosine (-2 when nothing ran). */
-static double teacher_forced(const char *model, kiln_device dev, double min_cos) {
+ * must be llama.cpp's generated id. Prints and returns the worst cosine (-2 when nothing ran); keep (may be
+ * NULL) receives every step's logits (16 x n_vocab). */
+static double teacher_forced_keep(const char *model, kiln_device dev, double min_cos, float *keep) {
     arch_ref r;
     if (!load_ref(model, &r)) return -2;
     char rel[256];
@@ -92,6 +94,7 @@ static double teacher_forced(const char *model, kiln_device dev, double min_cos)
         if (i) st = kiln_decode(s, r.gen[i - 1], &lg);
         if (st != KILN_OK) break;
         const float *want = r.logits + i * (size_t)r.n_vocab;
+        if (keep) memcpy(keep + i * (size_t)r.n_vocab, lg, sizeof(float) * (size_t)r.n_vocab);
         const double c = cosine(lg, want, r.n_vocab);
         worst = c < worst ? c : worst;
         CHECKF(c >= min_cos, "%s step %zu: cosine %.6f < %.4f", model, i, c, min_cos);
@@ -108,8 +111,71 @@ static double teacher_forced(const char *model, kiln_device dev, double min_cos)
     return worst;
 }
 
+static double teacher_forced(const char *model, kiln_device dev, double min_cos) {
+    return teacher_forced_keep(model, dev, min_cos, NULL);
+}
+
+/* The reference's sequence (teacher forced) as sequence 0 of a CPU batch beside three others (their own
+ * prompts, then greedy decode rows; sequence 0's prompt arrives in the first batch, between their rows):
+ * at every step its logits equal those of the sequence alone, bit for bit, and the argmax is llama.cpp's. */
+static void teacher_forced_in_batch(const char *model) {
+    arch_ref r;
+    if (!load_ref(model, &r)) return;
+    const size_t V = (size_t)r.n_vocab;
+    float *alone = malloc(sizeof(float) * V * r.n_gen);
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/archs/%s.gguf", model);
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_status st = teacher_forced_keep(model, KILN_DEVICE_CPU, 0.9999, alone) > -2 ? KILN_OK : KILN_ERR_INTERNAL;
+    if (st == KILN_OK) st = kiln_model_open(test_shared(rel), &m);
+    if (st == KILN_OK)
+        st = kiln_session_open(m, &(kiln_session_options){.n_ctx = 64, .n_threads = 2, .max_batch = 32, .n_seq = 4,
+                                                          .device = KILN_DEVICE_CPU}, &s);
+    int32_t next[4] = {0};
+    for (int q = 1; st == KILN_OK && q < 4; q++) {
+        const int32_t other[5] = {1, 100 + 7 * q, 2000 + 13 * q, 30 + q, 4000 + q};
+        const float *lg;
+        st = kiln_seq_prefill(s, q, other, 2 + (size_t)q, &lg);
+        next[q] = argmax_of(lg, (int)V);
+    }
+    int same = 0;
+    for (size_t i = 0; st == KILN_OK && i < r.n_gen; i++) {
+        kiln_batch_row rows[80];
+        size_t n = 0;
+        rows[n++] = (kiln_batch_row){.seq = 2, .id = next[2], .out = KILN_OUT_LOGITS};
+        if (i == 0)
+            for (size_t j = 0; j < r.n_prompt; j++)
+                rows[n++] = (kiln_batch_row){.seq = 0, .id = r.prompt[j], .out = j + 1 == r.n_prompt ? KILN_OUT_LOGITS : KILN_OUT_NONE};
+        else
+            rows[n++] = (kiln_batch_row){.seq = 0, .id = r.gen[i - 1], .out = KILN_OUT_LOGITS};
+        rows[n++] = (kiln_batch_row){.seq = 3, .id = next[3], .out = KILN_OUT_LOGITS};
+        rows[n++] = (kiln_batch_row){.seq = 1, .id = next[1], .out = KILN_OUT_LOGITS};
+        kiln_batch_output out[4];
+        size_t n_out = 0;
+        st = kiln_batch(s, rows, n, out, 4, &n_out);
+        for (size_t k = 0; st == KILN_OK && k < n_out; k++) {
+            const int q = rows[out[k].row].seq;
+            next[q] = out[k].id;
+            if (q) continue;
+            const bool eq = !memcmp(out[k].logits, alone + i * V, sizeof(float) * V);
+            same += eq;
+            CHECKF(eq, "%s step %zu: sequence 0's logits in the batch differ from alone", model, i);
+            CHECKF(out[k].id == r.gen[i], "%s step %zu: argmax %d in the batch, llama.cpp %d", model, i, out[k].id, r.gen[i]);
+        }
+    }
+    CHECKF(st == KILN_OK, "%s: %s: %s", model, kiln_status_name(st), kiln_last_error());
+    printf("  %s in a batch of 4 sequences: %d of %zu steps bit-identical to alone\n", model, same, r.n_gen);
+    kiln_session_close(s);
+    kiln_model_close(m);
+    free(alone);
+    free(r.logits);
+}
+
+TEST(archs_cpu_moe_in_a_batch_equals_alone_and_llamacpp) { teacher_forced_in_batch("tiny-qwen3moe"); }
+
 TEST(archs_cpu_teacher_forced_logits_match_llamacpp) {
-    static const char *models[] = {"tiny-llama-rope-freqs", "tiny-qwen2", "tiny-qwen3"};
+    static const char *models[] = {"tiny-llama-rope-freqs", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3moe"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) teacher_forced(models[i], KILN_DEVICE_CPU, 0.9999);
 }
 
@@ -122,12 +188,13 @@ TEST(archs_cuda_teacher_forced_logits_match_llamacpp) {
 
 /* ---- variants of a model file */
 
-/* A copy of src with metadata edits (key = value: a string, or an f32 when str is NULL) and, when te is
- * given, one tensor replaced (when the file has one of that name) or added. */
+/* A copy of src with metadata edits (key = value: a string, or an f32 when str is NULL, a u32 of that value
+ * when str is KV_U32) and, when te is given, one tensor replaced (when the file has one of that name) or added. */
 typedef struct kv_edit {
     const char *key, *str;
     float f32;
 } kv_edit;
+static const char KV_U32[] = "(u32)";
 
 typedef struct tensor_edit {
     const char *name;
@@ -148,7 +215,8 @@ static kiln_status write_variant(const char *src, const char *dst, const kv_edit
         st = gguf_set_value(w, key, &kv->value);
     }
     for (size_t i = 0; st == KILN_OK && i < n_ed; i++)
-        st = ed[i].str ? gguf_set_str(w, ed[i].key, ed[i].str, strlen(ed[i].str)) : gguf_set_f32(w, ed[i].key, ed[i].f32);
+        st = ed[i].str == KV_U32 ? gguf_set_u32(w, ed[i].key, (uint32_t)ed[i].f32)
+             : ed[i].str ? gguf_set_str(w, ed[i].key, ed[i].str, strlen(ed[i].str)) : gguf_set_f32(w, ed[i].key, ed[i].f32);
     bool replaced = false;
     for (size_t i = 0; st == KILN_OK && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -168,14 +236,49 @@ static kiln_status write_variant(const char *src, const char *dst, const kv_edit
     return st;
 }
 
-static const char *variant(const char *name, const kv_edit *ed, size_t n_ed, const tensor_edit *te) {
+static const char *variant_of(const char *src, const char *name, const kv_edit *ed, size_t n_ed, const tensor_edit *te) {
     static char path[8][512];
     static int next;
     char *p = path[next++ % 8];
     snprintf(p, 512, "%s/%s.gguf", test_tmpdir(), name);
-    kiln_status st = write_variant(test_shared(ROPE_FREQS_MODEL), p, ed, n_ed, te);
+    kiln_status st = write_variant(test_shared(src), p, ed, n_ed, te);
     if (st != KILN_OK) test_failf(__FILE__, __LINE__, "writing %s: %s", p, kiln_last_error());
     return p;
+}
+
+static const char *variant(const char *name, const kv_edit *ed, size_t n_ed, const tensor_edit *te) {
+    return variant_of(ROPE_FREQS_MODEL, name, ed, n_ed, te);
+}
+
+/* Expert counts out of range, more experts used than there are, expert counts on a dense architecture and
+ * an expert tensor of the wrong shape are refused at open, naming the key or the tensor. */
+TEST(archs_moe_bad_expert_metadata_is_refused_naming_it) {
+    static const float f32[64 * 8] = {1};
+    static const struct { kv_edit e; const char *src, *what; kiln_status st; } cases[] = {
+        {{"qwen3moe.expert_used_count", KV_U32, 9}, "models/archs/tiny-qwen3moe.gguf", "expert_used_count 9", KILN_ERR_FORMAT},
+        {{"qwen3moe.expert_used_count", KV_U32, 0}, "models/archs/tiny-qwen3moe.gguf", "'qwen3moe.expert_used_count' = 0", KILN_ERR_FORMAT},
+        {{"qwen3moe.expert_count", KV_U32, 100000}, "models/archs/tiny-qwen3moe.gguf", "'qwen3moe.expert_count' = 100000", KILN_ERR_FORMAT},
+        {{"qwen3moe.expert_feed_forward_length", KV_U32, 0}, "models/archs/tiny-qwen3moe.gguf", "expert_feed_forward_length", KILN_ERR_FORMAT},
+        {{"llama.expert_count", KV_U32, 8}, ROPE_FREQS_MODEL, "'llama.expert_count' = 8", KILN_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_model *m = (kiln_model *)1;
+        CHECK_EQ_INT(kiln_model_open(variant_of(cases[i].src, "moe", &cases[i].e, 1, NULL), &m), cases[i].st);
+        CHECKF(strstr(kiln_last_error(), cases[i].what) != NULL, "case %zu: %s", i, kiln_last_error());
+        CHECK(m == NULL);
+        if (m && m != (kiln_model *)1) kiln_model_close(m);
+    }
+    /* the router of layer 2 as [64, 8, 1] is fine; as 1-D [512] it is refused naming it and both shapes */
+    const tensor_edit bad = {"blk.2.ffn_gate_inp.weight", KILN_TYPE_F32, {512, 1, 1, 1}, f32};
+    kiln_model *m = (kiln_model *)1;
+    CHECK_EQ_INT(kiln_model_open(variant_of("models/archs/tiny-qwen3moe.gguf", "moe_t", NULL, 0, &bad), &m), KILN_ERR_FORMAT);
+    CHECKF(strstr(kiln_last_error(), "'blk.2.ffn_gate_inp.weight' has shape [512, 1, 1, 1], expected [64, 8]"), "%s",
+           kiln_last_error());
+    CHECK(m == NULL);
+    /* the file as made opens strictly (every tensor used), with its expert counts */
+    REQUIRE_OK(kiln_model_open_ex(test_shared("models/archs/tiny-qwen3moe.gguf"), &(kiln_model_options){.strict = true}, &m));
+    CHECK(m->hp.n_expert == 8 && m->hp.n_expert_used == 2 && m->hp.n_ff_exp == 96 && m->hp.moe_norm_topk);
+    kiln_model_close(m);
 }
 
 /* Runs f(arg) with stderr captured into buf (NUL-terminated). */

@@ -46,7 +46,7 @@ TEST(mkmodel_smollm2_shape_equals_its_config_json) {
 TEST(mkmodel_shapes_have_published_parameter_counts) {
     static const struct { const char *name; uint64_t params; } want[] = {
         {"smollm2-135m", 134515008ull}, {"smollm2-360m", 361821120ull}, {"tinyllama-1.1b", 1100048384ull},
-        {"llama-3.2-1b", 1235814400ull}, {"llama-3-8b", 8030261248ull}};
+        {"llama-3.2-1b", 1235814400ull}, {"llama-3-8b", 8030261248ull}, {"qwen2.5-0.5b", 494032768ull}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kiln_mk_shape *s = kiln_mk_find_shape(want[i].name);
         REQUIRE(s);
@@ -65,6 +65,22 @@ TEST(mkmodel_shapes_have_published_parameter_counts) {
     uint64_t non_embd = p.n_params - (uint64_t)q->n_vocab * (uint64_t)q->n_embd;
     CHECKF(llround((double)p.n_params / 1e8) == 6 && llround((double)non_embd / 1e7) == 44, "qwen3-0.6b: %llu params, %llu non-embedding",
            (unsigned long long)p.n_params, (unsigned long long)non_embd);
+    kiln_mk_plan_free(&p);
+    /* Qwen3-30B-A3B: 30.5B total, 29.9B non-embedding, 3.3B activated (8 of 128 experts per token; 3.35B
+     * counting both the token embedding and the output matrix) */
+    const kiln_mk_shape *x = kiln_mk_find_shape("qwen3-30b-a3b");
+    REQUIRE(x);
+    CHECK(x->n_expert == 128 && x->n_expert_used == 8 && x->n_ff_exp == 768 && !x->tied && x->qk_norm);
+    REQUIRE_OK(kiln_mk_plan_make(x, 0, x->n_vocab, KILN_TYPE_F16, &p));
+    uint64_t experts = 0;
+    for (int i = 0; i < p.n_tensors; i++)
+        if (p.tensors[i].n_dims == 3) experts += p.tensors[i].ne[0] * p.tensors[i].ne[1] * p.tensors[i].ne[2];
+    non_embd = p.n_params - 2 * (uint64_t)x->n_vocab * (uint64_t)x->n_embd;
+    const uint64_t active = p.n_params - experts + experts / 128 * 8;
+    CHECKF(llround((double)p.n_params / 1e8) == 305 && llround((double)non_embd / 1e8) == 299 &&
+           active > 3300000000ull && active < 3400000000ull, "qwen3-30b-a3b: %llu params, %llu non-embedding, %llu active",
+           (unsigned long long)p.n_params, (unsigned long long)non_embd, (unsigned long long)active);
+    CHECK_EQ_INT(p.n_tensors, 3 + 48 * 12);
     kiln_mk_plan_free(&p);
 }
 
@@ -333,6 +349,9 @@ static void run_generated(const char *shape, uint32_t type, const char *vocab) {
 }
 
 TEST(mkmodel_generated_llama_runs_without_nan) { run_generated("test-llama", KILN_TYPE_Q8_0, STORIES_VOCAB); }
+
+/* The small MoE shape with Q4_K experts (3-D tensors, F32 router) runs a few tokens without NaN. */
+TEST(mkmodel_generated_qwen3moe_runs_without_nan) { run_generated("qwen3moe-tiny", KILN_TYPE_Q4_K, STORIES_VOCAB); }
 
 TEST(mkmodel_generated_qwen3_runs_without_nan) {
     run_generated("test-qwen3", KILN_TYPE_F16, "models/tokenizers/qwen3");

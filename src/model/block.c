@@ -19,6 +19,14 @@ static void build_block(const kiln_model *m, const kiln_layer *L, kiln_block *b)
         .rope_freqs = (const float *)m->rope_freqs.data,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
     };
+    if (hp->n_expert) {
+        b->ffn = (kiln_block_ffn){
+            .kind = KILN_FFN_MOE, .norm = &L->ffn_norm, .gate = &L->ffn_gate_exps, .up = &L->ffn_up_exps,
+            .down = &L->ffn_down_exps, .n_ff = hp->n_ff_exp, .router = &L->ffn_gate_inp, .n_expert = hp->n_expert,
+            .n_expert_used = hp->n_expert_used, .norm_topk = hp->moe_norm_topk,
+        };
+        return;
+    }
     b->ffn = (kiln_block_ffn){
         .kind = KILN_FFN_DENSE_SWIGLU, .norm = &L->ffn_norm, .gate = &L->w_gate, .up = &L->w_up, .down = &L->w_down,
         .n_ff = hp->n_ff,

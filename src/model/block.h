@@ -17,7 +17,7 @@ typedef enum kiln_rope_style {
 
 typedef enum kiln_ffn_kind {
     KILN_FFN_DENSE_SWIGLU = 0,  /* down(silu(gate x) * up x) */
-    KILN_FFN_MOE = 1,           /* mixture of experts (router, experts, experts used): not built yet */
+    KILN_FFN_MOE = 1,           /* mixture of experts: each row's top-k experts by router softmax, their SwiGLU mixed */
 } kiln_ffn_kind;
 
 typedef struct kiln_block_attn {
@@ -35,8 +35,13 @@ typedef struct kiln_block_attn {
 typedef struct kiln_block_ffn {
     kiln_ffn_kind kind;
     const kiln_weight *norm;                /* RMSNorm before the feed-forward (n_embd) */
-    const kiln_weight *gate, *up, *down;    /* dense SwiGLU */
-    int n_ff;
+    const kiln_weight *gate, *up, *down;    /* dense SwiGLU; MoE: the experts', 3-D (ne[2] = n_expert) */
+    int n_ff;                               /* dense: the hidden size; MoE: each expert's */
+    /* MoE only: router [n_embd, n_expert] (logits of the experts), experts per row, and whether the
+     * chosen experts' softmax weights are renormalized to sum to 1 */
+    const kiln_weight *router;
+    int n_expert, n_expert_used;
+    bool norm_topk;
 } kiln_block_ffn;
 
 typedef struct kiln_block {

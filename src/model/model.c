@@ -1,7 +1,7 @@
 /*
  * model.c — kiln_model_open: map and parse the GGUF, read the hyperparameters of a llama-family
- * architecture (llama, qwen2, qwen3), bind every tensor by name with its expected shape, load the
- * tokenizer. RoPE: the frequency factors of rope_freqs.weight and linear scaling are applied; every
+ * architecture (llama, qwen2, qwen3, qwen3moe), bind every tensor by name with its expected shape (the
+ * experts of a MoE layer as 3-D tensors, one matrix per expert), load the tokenizer. RoPE: the frequency factors of rope_freqs.weight and linear scaling are applied; every
  * other RoPE scaling (YaRN, LongRoPE, an attention factor) is refused at open, never ignored. A tensor
  * the architecture does not use is a warning (an error with kiln_model_options.strict).
  * Everything is a view into the map; nothing here knows about backends.
@@ -22,16 +22,20 @@
 #define MAX_FF (1 << 20)
 #define MAX_VOCAB (1 << 22)
 #define MAX_CTX (1 << 24)
+#define MAX_EXPERTS 512      /* llama.cpp's LLAMA_MAX_EXPERTS */
+#define MAX_EXPERTS_USED 64
 
 typedef struct arch_desc {
     const char *name;
     bool rope_neox, qkv_bias, qk_norm;
+    bool moe;   /* the feed-forward of every layer is a mixture of experts (chosen weights renormalized) */
 } arch_desc;
 
 static const arch_desc archs[] = {
-    {"llama", false, false, false},
-    {"qwen2", true, true, false},
-    {"qwen3", true, false, true},
+    {"llama", false, false, false, false},
+    {"qwen2", true, true, false, false},
+    {"qwen3", true, false, true, false},
+    {"qwen3moe", true, false, true, true},
 };
 
 /* Reads "<arch>.<suffix>" as a u32 within [lo, hi]; def >= 0 is used when the key is absent. */
@@ -111,6 +115,30 @@ static kiln_status read_rope_scaling(const gguf_file *f, const char *a, kiln_hpa
     return KILN_OK;
 }
 
+/* "<arch>.expert_count", "expert_used_count" (1 <= used <= count) and "expert_feed_forward_length" of a MoE
+ * architecture (qwen3moe renormalizes the chosen experts' weights, as llama.cpp does for it); a dense
+ * architecture must not carry expert counts. */
+static kiln_status read_moe_hparams(const gguf_file *f, const char *a, bool moe, kiln_hparams *hp) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_count", a);
+    if (!moe) {
+        int n = 0;
+        KILN_TRY(read_hparam(f, a, "expert_count", 0, 0, MAX_EXPERTS, &n));
+        if (n > 0)
+            return kiln_fail(KILN_ERR_UNSUPPORTED, "metadata key '%s' = %d: architecture %s has no mixture-of-experts "
+                             "layers in kiln", key, n, a);
+        return KILN_OK;
+    }
+    KILN_TRY(read_hparam(f, a, "expert_count", -1, 1, MAX_EXPERTS, &hp->n_expert));
+    KILN_TRY(read_hparam(f, a, "expert_used_count", -1, 1, MAX_EXPERTS_USED, &hp->n_expert_used));
+    if (hp->n_expert_used > hp->n_expert)
+        return kiln_fail(KILN_ERR_FORMAT, "%s.expert_used_count %d is more than %s = %d", a, hp->n_expert_used, key,
+                         hp->n_expert);
+    KILN_TRY(read_hparam(f, a, "expert_feed_forward_length", -1, 1, MAX_FF, &hp->n_ff_exp));
+    hp->moe_norm_topk = true;
+    return KILN_OK;
+}
+
 static kiln_status read_hparams(const gguf_file *f, kiln_hparams *hp, const arch_desc **desc) {
     gguf_str arch;
     KILN_TRY(gguf_get_str(f, "general.architecture", &arch));
@@ -118,14 +146,15 @@ static kiln_status read_hparams(const gguf_file *f, kiln_hparams *hp, const arch
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (gguf_str_eq(arch, archs[i].name)) *desc = &archs[i];
     if (!*desc)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (llama, qwen2, qwen3 are)",
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (llama, qwen2, qwen3, qwen3moe are)",
                          (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
     const char *a = (*desc)->name;
     snprintf(hp->arch, sizeof hp->arch, "%s", a);
     KILN_TRY(read_hparam(f, a, "block_count", -1, 1, KILN_MAX_LAYERS, &hp->n_layer));
     KILN_TRY(read_hparam(f, a, "context_length", 2048, 1, MAX_CTX, &hp->n_ctx_train));
     KILN_TRY(read_hparam(f, a, "embedding_length", -1, 1, MAX_EMBD, &hp->n_embd));
-    KILN_TRY(read_hparam(f, a, "feed_forward_length", -1, 1, MAX_FF, &hp->n_ff));
+    KILN_TRY(read_moe_hparams(f, a, (*desc)->moe, hp));
+    KILN_TRY(read_hparam(f, a, "feed_forward_length", hp->n_expert ? 0 : -1, hp->n_expert ? 0 : 1, MAX_FF, &hp->n_ff));
     KILN_TRY(read_hparam(f, a, "attention.head_count", -1, 1, MAX_HEADS, &hp->n_head));
     KILN_TRY(read_hparam(f, a, "attention.head_count_kv", hp->n_head, 1, MAX_HEADS, &hp->n_head_kv));
     if (hp->n_head % hp->n_head_kv)
@@ -155,47 +184,75 @@ typedef struct binder {
     bool *used;   /* gguf_n_tensors(f) entries */
 } binder;
 
-/* Binds tensor `name` expecting shape (ne0, ne1) (ne1 == 0: a 1-D tensor of ne0) and marks it used. */
-static kiln_status bind(binder *b, const char *name, uint64_t ne0, uint64_t ne1, bool optional, kiln_weight *w) {
+/* "[a, b, c]" of the first n dimensions. */
+static const char *shape_str(char *buf, size_t cap, const uint64_t *ne, int n) {
+    int o = snprintf(buf, cap, "[");
+    for (int i = 0; i < n && o > 0 && (size_t)o < cap; i++)
+        o += snprintf(buf + o, cap - (size_t)o, "%s%llu", i ? ", " : "", (unsigned long long)ne[i]);
+    if (o > 0 && (size_t)o < cap) snprintf(buf + o, cap - (size_t)o, "]");
+    return buf;
+}
+
+/* Binds tensor `name` expecting shape (ne0, ne1, ne2): ne1 == 0 a 1-D tensor of ne0, ne2 == 0 a 2-D one, else
+ * 3-D (ne2 matrices of ne1 rows, one per expert). Marks it used. */
+static kiln_status bind3(binder *b, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2, bool optional,
+                         kiln_weight *w) {
     memset(w, 0, sizeof *w);
     snprintf(w->name, sizeof w->name, "%s", name);
+    const int n_dims = !ne1 ? 1 : !ne2 ? 2 : 3;
+    const uint64_t want[4] = {ne0, ne1 ? ne1 : 1, ne2 ? ne2 : 1, 1};
+    char ws[96], hs[96];
     const gguf_tensor *t = gguf_find_tensor(b->f, name);
     if (!t) {
         if (optional) return KILN_OK;
-        if (ne1) return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape [%llu, %llu])", name,
-                                  (unsigned long long)ne0, (unsigned long long)ne1);
-        return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape [%llu])", name, (unsigned long long)ne0);
+        return kiln_fail(KILN_ERR_FORMAT, "missing tensor '%s' (expected shape %s)", name, shape_str(ws, sizeof ws, want, n_dims));
     }
-    uint64_t want1 = ne1 ? ne1 : 1;
-    bool ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1;
-    if (!ok) {
-        if (ne1)
-            return kiln_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
-                             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                             (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
-        return kiln_fail(KILN_ERR_FORMAT, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu]", name,
-                         (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                         (unsigned long long)t->ne[3], (unsigned long long)ne0);
-    }
+    if (memcmp(t->ne, want, sizeof want))
+        return kiln_fail(KILN_ERR_FORMAT, "tensor '%s' has shape %s, expected %s", name, shape_str(hs, sizeof hs, t->ne, 4),
+                         shape_str(ws, sizeof ws, want, n_dims));
     const kiln_type_info *ti = kiln_type_get(t->type);
     if (!ti || !ti->to_float || !ti->vec_dot)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot compute with", name,
                          ti ? ti->name : "unknown");
-    if (!ne1 && t->type != KILN_TYPE_F32)
+    if (n_dims == 1 && t->type != KILN_TYPE_F32)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "tensor '%s' (1-D) has type %s; kiln expects f32", name, ti->name);
     b->used[t - gguf_tensor_at(b->f, 0)] = true;
     w->data = t->data;
     w->type = t->type;
-    w->ne[0] = ne0;
-    w->ne[1] = want1;
+    memcpy(w->ne, want, sizeof w->ne);
     w->nbytes = t->nbytes;
+    return KILN_OK;
+}
+
+static kiln_status bind(binder *b, const char *name, uint64_t ne0, uint64_t ne1, bool optional, kiln_weight *w) {
+    return bind3(b, name, ne0, ne1, 0, optional, w);
+}
+
+/* The feed-forward of layer il: dense SwiGLU, or the router and the 3-D experts of a MoE layer. */
+static kiln_status bind_ffn(binder *b, const kiln_hparams *hp, int il, kiln_layer *L) {
+    char n[64];
+    const uint64_t e = (uint64_t)hp->n_embd, ff = (uint64_t)hp->n_ff, fx = (uint64_t)hp->n_ff_exp,
+                   nx = (uint64_t)hp->n_expert;
+#define B(suffix, d0, d1, d2, dst) snprintf(n, sizeof n, "blk.%d." suffix, il); KILN_TRY(bind3(b, n, d0, d1, d2, false, dst))
+    B("ffn_norm.weight", e, 0, 0, &L->ffn_norm);
+    if (!hp->n_expert) {
+        B("ffn_gate.weight", e, ff, 0, &L->w_gate);
+        B("ffn_up.weight", e, ff, 0, &L->w_up);
+        B("ffn_down.weight", ff, e, 0, &L->w_down);
+        return KILN_OK;
+    }
+    B("ffn_gate_inp.weight", e, nx, 0, &L->ffn_gate_inp);
+    B("ffn_gate_exps.weight", e, fx, nx, &L->ffn_gate_exps);
+    B("ffn_up_exps.weight", e, fx, nx, &L->ffn_up_exps);
+    B("ffn_down_exps.weight", fx, e, nx, &L->ffn_down_exps);
+#undef B
     return KILN_OK;
 }
 
 static kiln_status bind_layer(binder *b, const kiln_hparams *hp, int il, kiln_layer *L) {
     char n[64];
     const uint64_t e = (uint64_t)hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
-                   kvd = (uint64_t)hp->n_head_kv * hp->head_dim, ff = (uint64_t)hp->n_ff;
+                   kvd = (uint64_t)hp->n_head_kv * hp->head_dim;
 #define B(suffix, r, c, opt, dst) \
     snprintf(n, sizeof n, "blk.%d." suffix, il); KILN_TRY(bind(b, n, r, c, opt, dst))
     B("attn_norm.weight", e, 0, false, &L->attn_norm);
@@ -208,12 +265,8 @@ static kiln_status bind_layer(binder *b, const kiln_hparams *hp, int il, kiln_la
     B("attn_v.bias", kvd, 0, !hp->has_qkv_bias, &L->bv);
     B("attn_q_norm.weight", (uint64_t)hp->head_dim, 0, !hp->has_qk_norm, &L->q_norm);
     B("attn_k_norm.weight", (uint64_t)hp->head_dim, 0, !hp->has_qk_norm, &L->k_norm);
-    B("ffn_norm.weight", e, 0, false, &L->ffn_norm);
-    B("ffn_gate.weight", e, ff, false, &L->w_gate);
-    B("ffn_up.weight", e, ff, false, &L->w_up);
-    B("ffn_down.weight", ff, e, false, &L->w_down);
 #undef B
-    return KILN_OK;
+    return bind_ffn(b, hp, il, L);
 }
 
 /* rope_freqs.weight (optional): n_rot/2 F32 factors, each finite and > 0 (ggml divides by them). */

@@ -29,18 +29,32 @@
  *  llama-3.2-1b   meta-llama/Llama-3.2-1B config.json: hidden 2048, 16 layers, 32 heads, 8 KV heads, head_dim
  *                 64, intermediate 8192, vocab 128256, max_position_embeddings 131072, rope_theta 500000,
  *                 1e-5, tied. (Its llama3 rope scaling, factor 32 -> rope_freqs.weight, is not written.)
+ *  qwen2.5-0.5b   Qwen/Qwen2.5-0.5B config.json: hidden 896, 24 layers, 14 heads, 2 KV heads (head_dim 64),
+ *                 intermediate 4864, vocab 151936, max_position_embeddings 32768, rope_theta 1000000,
+ *                 rms_norm_eps 1e-6, tied, Q/K/V biases.
+ *  qwen3-30b-a3b  Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads, 4 KV heads, head_dim 128,
+ *                 intermediate 6144 (written as feed_forward_length; no dense layer uses it), 128 experts,
+ *                 8 per token, moe_intermediate_size 768, norm_topk_prob true, vocab 151936,
+ *                 max_position_embeddings 40960, rope_theta 1000000, rms_norm_eps 1e-6, untied, q_norm/k_norm.
+ *  qwen3moe-tiny  not a published model: qwen3moe with 4 layers of 16 experts (4 used) for quick tests.
  *  llama-3-8b     meta-llama/Meta-Llama-3-8B config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads,
  *                 intermediate 14336, vocab 128256, 8192, rope_theta 500000, 1e-5, untied.
  * The test-* shapes are tiny, for the test suite only. */
 static const kiln_mk_shape shapes[] = {
-    {"smollm2-135m", "SmolLM2-135M", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, false},
-    {"smollm2-360m", "SmolLM2-360M", "llama", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0f, 1e-5f, true, false, false},
-    {"qwen3-0.6b", "Qwen3-0.6B", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, false},
-    {"tinyllama-1.1b", "TinyLlama-1.1B", "llama", 22, 2048, 32, 4, 64, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, false},
-    {"llama-3.2-1b", "Llama-3.2-1B", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, false},
-    {"llama-3-8b", "Llama-3-8B", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, false},
-    {"test-llama", "kiln-test-llama", "llama", 2, 256, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, true},
-    {"test-qwen3", "kiln-test-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 0, 512, 1000000.0f, 1e-6f, true, true, true},
+    {"smollm2-135m", "SmolLM2-135M", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true, false, false, false, 0, 0, 0},
+    {"smollm2-360m", "SmolLM2-360M", "llama", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0f, 1e-5f, true, false, false, false, 0, 0, 0},
+    {"qwen3-0.6b", "Qwen3-0.6B", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, true, true, false, false, 0, 0, 0},
+    {"tinyllama-1.1b", "TinyLlama-1.1B", "llama", 22, 2048, 32, 4, 64, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false, false, false, 0, 0, 0},
+    {"llama-3.2-1b", "Llama-3.2-1B", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, true, false, false, false, 0, 0, 0},
+    {"llama-3-8b", "Llama-3-8B", "llama", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false, false, false, 0, 0, 0},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, false, false,
+     .qkv_bias = true},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true,
+     false, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+    {"qwen3moe-tiny", "kiln-qwen3moe-tiny", "qwen3moe", 4, 256, 4, 2, 64, 768, 0, 4096, 1000000.0f, 1e-6f, false, true, false,
+     .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 256},
+    {"test-llama", "kiln-test-llama", "llama", 2, 256, 4, 2, 64, 512, 0, 512, 10000.0f, 1e-5f, false, false, true, false, 0, 0, 0},
+    {"test-qwen3", "kiln-test-qwen3", "qwen3", 2, 128, 4, 2, 64, 256, 0, 512, 1000000.0f, 1e-6f, true, true, true, false, 0, 0, 0},
 };
 
 const kiln_mk_shape *kiln_mk_shapes(int *n) {
@@ -117,18 +131,20 @@ static uint32_t fit_type(uint32_t type, uint64_t ne0, bool *fell_back) {
     return KILN_TYPE_F32;
 }
 
+/* Plans a tensor of shape (ne0, ne1, ne2): ne1 == 0 1-D (F32), ne2 == 0 2-D, else ne2 matrices (experts). */
 static kiln_status add_planned(kiln_mk_plan *p, int cap, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1,
-                               float std) {
+                               uint64_t ne2, float std) {
     KILN_ASSERT(p->n_tensors < cap);
     kiln_mk_tensor *t = &p->tensors[p->n_tensors++];
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = ne1 ? 2 : 1;
+    t->n_dims = !ne1 ? 1 : !ne2 ? 2 : 3;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = ne2 ? ne2 : 1;
     t->type = ne1 ? fit_type(type, ne0, &t->fallback) : KILN_TYPE_F32;
     t->std = std;
-    t->nbytes = kiln_row_bytes(t->type, ne0) * t->ne[1];
-    p->n_params += ne0 * t->ne[1];
+    t->nbytes = kiln_row_bytes(t->type, ne0) * t->ne[1] * t->ne[2];
+    p->n_params += ne0 * t->ne[1] * t->ne[2];
     p->data_bytes += t->nbytes;
     return KILN_OK;
 }
@@ -145,7 +161,7 @@ kiln_status kiln_mk_plan_make(const kiln_mk_shape *shape, int n_layer, int n_voc
     out->shape.n_vocab = n_vocab;
     out->type = type;
     const kiln_mk_shape *s = &out->shape;
-    int per_layer = 9 + (s->qk_norm ? 2 : 0);
+    int per_layer = 10 + (s->qk_norm ? 2 : 0) + (s->qkv_bias ? 3 : 0);
     int cap = 3 + s->n_layer * per_layer;
     out->tensors = kiln_calloc((size_t)cap, sizeof *out->tensors);
     if (!out->tensors) return kiln_fail(KILN_ERR_NOMEM, "out of memory planning %d tensors", cap);
@@ -156,28 +172,43 @@ kiln_status kiln_mk_plan_make(const kiln_mk_shape *shape, int n_layer, int n_voc
     /* The output matrix (the token embedding when tied): Q6_K for quantized types other than Q8_0. */
     bool q = kiln_type_get(type)->is_quantized;
     uint32_t out_type = q && type != KILN_TYPE_Q8_0 ? (E % 256 == 0 ? KILN_TYPE_Q6_K : KILN_TYPE_Q8_0) : type;
-    add_planned(out, cap, "token_embd.weight", s->tied ? out_type : type, E, V, w_std);
+    add_planned(out, cap, "token_embd.weight", s->tied ? out_type : type, E, V, 0, w_std);
     char name[64];
     for (int l = 0; l < s->n_layer; l++) {
-#define T(suffix, ty, ne0, ne1, sd) \
-        snprintf(name, sizeof name, "blk.%d.%s.weight", l, suffix); add_planned(out, cap, name, ty, ne0, ne1, sd)
+#define T3(suffix, kind, ty, ne0, ne1, ne2, sd) \
+        snprintf(name, sizeof name, "blk.%d.%s." kind, l, suffix); add_planned(out, cap, name, ty, ne0, ne1, ne2, sd)
+#define T(suffix, ty, ne0, ne1, sd) T3(suffix, "weight", ty, ne0, ne1, 0, sd)
         T("attn_norm", KILN_TYPE_F32, E, 0, 0.0f);
         T("attn_q", type, E, Q, w_std);
         T("attn_k", type, E, KV, w_std);
         T("attn_v", type, E, KV, w_std);
+        if (s->qkv_bias) {
+            T3("attn_q", "bias", KILN_TYPE_F32, Q, 0, 0, w_std);
+            T3("attn_k", "bias", KILN_TYPE_F32, KV, 0, 0, w_std);
+            T3("attn_v", "bias", KILN_TYPE_F32, KV, 0, 0, w_std);
+        }
         T("attn_output", type, Q, E, w_std);
         if (s->qk_norm) {
             T("attn_q_norm", KILN_TYPE_F32, (uint64_t)s->head_dim, 0, 0.0f);
             T("attn_k_norm", KILN_TYPE_F32, (uint64_t)s->head_dim, 0, 0.0f);
         }
         T("ffn_norm", KILN_TYPE_F32, E, 0, 0.0f);
-        T("ffn_gate", type, E, F, w_std);
-        T("ffn_up", type, E, F, w_std);
-        T("ffn_down", type, F, E, w_std);
+        if (s->n_expert) {
+            const uint64_t X = (uint64_t)s->n_expert, FX = (uint64_t)s->n_ff_exp;
+            T("ffn_gate_inp", KILN_TYPE_F32, E, X, w_std);
+            T3("ffn_gate_exps", "weight", type, E, FX, X, w_std);
+            T3("ffn_up_exps", "weight", type, E, FX, X, w_std);
+            T3("ffn_down_exps", "weight", type, FX, E, X, w_std);
+        } else {
+            T("ffn_gate", type, E, F, w_std);
+            T("ffn_up", type, E, F, w_std);
+            T("ffn_down", type, F, E, w_std);
+        }
 #undef T
+#undef T3
     }
-    add_planned(out, cap, "output_norm.weight", KILN_TYPE_F32, E, 0, 0.0f);
-    if (!s->tied) add_planned(out, cap, "output.weight", out_type, E, V, w_std);
+    add_planned(out, cap, "output_norm.weight", KILN_TYPE_F32, E, 0, 0, 0.0f);
+    if (!s->tied) add_planned(out, cap, "output.weight", out_type, E, V, 0, w_std);
     return KILN_OK;
 }
 
@@ -210,7 +241,7 @@ static void gen_worker(void *ctx, int ith, int nth) {
     mk_run *r = ctx;
     const kiln_mk_tensor *t = r->t;
     int lo, hi;
-    kiln_split((int)t->ne[1], ith, nth, &lo, &hi);
+    kiln_split((int)(t->ne[1] * t->ne[2]), ith, nth, &lo, &hi);  /* the rows of every matrix, one stream each */
     float *buf = r->scratch + (size_t)ith * (size_t)r->stride;
     for (int row = lo; row < hi; row++) {
         uint8_t *d = r->dst + (size_t)row * r->row_bytes;
@@ -357,6 +388,11 @@ static kiln_status put_keys(gguf_writer *w, const kiln_mk_shape *s, uint32_t typ
     if (s->qk_norm || s->head_dim * s->n_head != s->n_embd) {
         U32("attention.key_length", s->head_dim);
         U32("attention.value_length", s->head_dim);
+    }
+    if (s->n_expert) {
+        U32("expert_count", s->n_expert);
+        U32("expert_used_count", s->n_expert_used);
+        U32("expert_feed_forward_length", s->n_ff_exp);
     }
     F32("rope.freq_base", s->rope_base);
     F32("attention.layer_norm_rms_epsilon", s->rms_eps);

@@ -1,5 +1,5 @@
 /*
- * mkmodel.h — writes a GGUF of a real architecture's shape (llama, qwen3) with deterministic random
+ * mkmodel.h — writes a GGUF of a real architecture's shape (llama, qwen2, qwen3, qwen3moe) with deterministic random
  * weights, for benchmarks on real model shapes. The shapes carry their published hyperparameters; the
  * vocabulary comes from another GGUF (every tokenizer.* key copied) or from a Hugging Face tokenizer.json
  * (tools/hf_vocab.h). Weights depend only on the seed and the tensor's name (never on the thread count or
@@ -20,7 +20,7 @@
 typedef struct kiln_mk_shape {
     const char *name;          /* "smollm2-135m" */
     const char *model_name;    /* general.name prefix, "SmolLM2-135M" */
-    const char *arch;          /* "llama" or "qwen3" */
+    const char *arch;          /* "llama", "qwen2", "qwen3" or "qwen3moe" */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff;
     int n_vocab;               /* published vocabulary size (the real one comes from --vocab) */
     int n_ctx;                 /* context_length */
@@ -28,6 +28,8 @@ typedef struct kiln_mk_shape {
     bool tied;                 /* no output.weight: the output reuses token_embd */
     bool qk_norm;              /* qwen3: blk.N.attn_q_norm / attn_k_norm */
     bool hidden;               /* a test-only shape, not listed */
+    bool qkv_bias;             /* qwen2: blk.N.attn_{q,k,v}.bias */
+    int n_expert, n_expert_used, n_ff_exp;  /* qwen3moe: experts per layer, used per token, each one's hidden size */
 } kiln_mk_shape;
 
 /* The table of shapes (hidden ones included); *n receives its length. */
@@ -40,7 +42,7 @@ typedef struct kiln_mk_tensor {
     char name[64];
     uint32_t type;        /* kiln_type */
     uint32_t n_dims;
-    uint64_t ne[2];       /* ne[0] = row length */
+    uint64_t ne[3];       /* ne[0] = row length, ne[1] rows, ne[2] matrices (the experts of a 3-D tensor; else 1) */
     uint64_t nbytes;
     float std;            /* 0: all ones (norms) */
     bool fallback;        /* the requested type did not fit the row length */
@@ -55,7 +57,8 @@ typedef struct kiln_mk_plan {
 } kiln_mk_plan;
 
 /* Plans the tensors of shape with n_layer layers (0: the shape's own) and n_vocab tokens, weights of
- * type (2-D matrices; 1-D norms stay F32). The output matrix (or the tied token embedding) of a
+ * type (2-D matrices and the 3-D experts; 1-D norms and biases, and the MoE router, stay F32, as
+ * llama-quantize keeps ffn_gate_inp). The output matrix (or the tied token embedding) of a
  * quantized type other than Q8_0 is Q6_K, as llama-quantize does; a matrix whose row length is not a
  * multiple of the type's block falls back (Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, Q2_K/Q3_K->Q4_0, other
  * 256-blocks->Q8_0; output-type fallback Q8_0). Fails with KILN_ERR_INVALID_ARG for a type that cannot be

@@ -6,6 +6,7 @@
  *
  * Shapes (B = rows in this call, E = n_embd, Q = n_head*hd, KV = n_head_kv*hd, F = n_ff, O = output rows):
  *   x (B,E) residual stream     xb (B,E) normed     q (B,Q) k,v (B,KV)     att (B,Q)     hb, hb2 (B,F)
+ *   moe: the buffers of the mixture-of-experts blocks (cpu_moe.h), when the model has any
  *   xo (O,E) the output rows, normed              k_cache, v_cache (n_seq, n_layer, n_ctx, KV) F16
  * Every matrix product covers all B rows at once (each weight row is read once per call for every
  * sequence); attention runs per row over its own sequence's cache. Each row's arithmetic is the same
@@ -21,6 +22,7 @@
 
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_ops.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -42,6 +44,7 @@ typedef struct cpu_state {
     uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_ctx, KV) F16 */
     size_t kv_per_seq;            /* elements of one sequence's K (or V) region */
     void *scratch;                /* converted activations for the matmuls */
+    cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
 } cpu_state;
 
@@ -59,8 +62,10 @@ static size_t max_scratch(const kiln_blocks *d, int B) {
     size_t best = scratch_for(d->output, B);
     for (int il = 0; il < d->n_block; il++) {
         const kiln_block *b = &d->blocks[il];
-        const kiln_weight *lw[] = {b->attn.wq, b->attn.wk, b->attn.wv, b->attn.wo, b->ffn.gate, b->ffn.up, b->ffn.down};
+        const kiln_weight *lw[] = {b->attn.wq, b->attn.wk, b->attn.wv, b->attn.wo, b->ffn.gate, b->ffn.up, b->ffn.down,
+                                   b->ffn.router};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) {
+            if (!lw[i]) continue;
             size_t s = scratch_for(lw[i], B);
             best = s > best ? s : best;
         }
@@ -93,6 +98,8 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     s->v_cache = carve(base, &off, (size_t)s->cfg.n_seq * s->kv_per_seq * 2);
     s->qh = carve(base, &off, (size_t)s->cfg.n_threads * (size_t)hp->head_dim * 4);
     s->scratch = carve(base, &off, max_scratch(&s->desc, (int)B));
+    uint8_t *moe = carve(base, &off, cpu_moe_layout(&s->moe, NULL, &s->desc, (int)B));
+    cpu_moe_layout(&s->moe, moe, &s->desc, (int)B);
     return off;
 }
 
@@ -259,11 +266,16 @@ static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kil
     cpu_add(s->x, s->xb2, B * E);
 }
 
-/* x += down(silu(gate · norm(x)) * up · norm(x)) for every row. */
+/* x += down(silu(gate · norm(x)) * up · norm(x)) for every row (a MoE block: the mix of each row's experts). */
 static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
     const int E = s->desc.n_embd;
-    KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
     rmsnorm_rows(s->xb, s->x, f->norm, B, E, s->desc.rms_eps);
+    if (f->kind == KILN_FFN_MOE) {
+        cpu_moe_ffn(s->pool, f, s->xb, B, s->xb2, &s->moe, s->scratch);
+        cpu_add(s->x, s->xb2, B * E);
+        return;
+    }
+    KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
     cpu_matmul(s->pool, f->gate, s->xb, B, s->hb, s->scratch);
     cpu_matmul(s->pool, f->up, s->xb, B, s->hb2, s->scratch);
     cpu_swiglu(s->hb, s->hb2, B * f->n_ff);

@@ -753,6 +753,10 @@ static void cuda_close(void *state) {
 
 static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
     const kiln_hparams *hp = &m->hp;
+    if (hp->n_expert)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s has mixture-of-experts layers (%d experts, %d "
+                         "used), which the CUDA backend does not run yet (use --device cpu)", hp->arch, hp->n_expert,
+                         hp->n_expert_used);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
                          hp->n_head_kv, CK_ATT_MAX_G);
