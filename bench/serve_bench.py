@@ -110,8 +110,11 @@ def first_request_ratio(args, kind, binary):
         srv = Server(kind, binary, args.model, args.threads, 1, 512, args.device)
         try:
             rng = random.Random(run)
-            ttfts = [stream(srv.port, prompt(rng, 1000 + 7 * i + 300 * run, args.prompt_len, args.vocab), 4, kind)[0]
-                     for i in range(21)]
+            ttfts = []
+            for i in range(21):
+                time.sleep(args.gap)  # the same idle time before every request (a GPU lowers its clocks when idle)
+                ttfts.append(stream(srv.port, prompt(rng, 1000 + 7 * i + 300 * run, args.prompt_len, args.vocab), 4,
+                                    kind)[0])
         finally:
             srv.stop()
         med = statistics.median(ttfts[1:])
@@ -161,6 +164,8 @@ def main():
     ap.add_argument("--gen-len", type=int, default=32)
     ap.add_argument("--requests", type=int, default=3, help="requests per client in the throughput runs")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--gap", type=float, default=0.0,
+                    help="seconds of idle before each request of the first-request test (default 0)")
     args = ap.parse_args()
     servers = [("kiln", args.kiln)] + ([("llama", args.llama_server)] if args.llama_server else [])
     print(f"model {os.path.basename(args.model)}, {args.threads} threads, device {args.device}, "
