@@ -185,7 +185,7 @@ cross-aarch64: $(CROSS_OBJ)
 # ---- tests ----
 TEST_WRAP := -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc -Wl,--wrap=posix_memalign \
              -Wl,--wrap=aligned_alloc -Wl,--wrap=strdup -Wl,--wrap=strndup
-build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(CLI_ASAN_NOMAIN)
+build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(CLI_ASAN_NOMAIN) $(CU_TESTING_OBJ)
 	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 build/asan/kiln: $(CLI_ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(ASAN_OBJ)

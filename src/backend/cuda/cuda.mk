@@ -51,7 +51,9 @@ CUDA_GENCODE := $(foreach a,$(CUDA_SASS),-gencode arch=compute_$(a),code=sm_$(a)
                 -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
 endif
 
-CU_OBJ := $(CU_SRC:%.cu=build/cuda/%.o)
+# cuda_testing.cu (kernels on test data for the GPU tests) goes into the test binaries, not into libkiln
+CU_TESTING_OBJ := build/cuda/src/backend/cuda/cuda_testing.o
+CU_OBJ := $(filter-out $(CU_TESTING_OBJ),$(CU_SRC:%.cu=build/cuda/%.o))
 CUDA_DEFS := -DKILN_HAVE_CUDA
 CUDA_LDLIBS := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
 NVCCFLAGS := -std=c++17 -O3 -Iinclude -Isrc -DKILN_HAVE_CUDA -Xcompiler -fPIC,-Wall,-Wno-unused-function \
@@ -77,7 +79,7 @@ build/cudatest/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) $(isa_flags) -c $< -o $@
 
-build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ)
+build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ) $(CU_TESTING_OBJ)
 	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 .PHONY: test-cuda bench-cuda

@@ -4,14 +4,17 @@
  * Open does everything once: context, one device arena (weights + F16 KV cache for n_ctx + activations
  * + logits), the upload of every weight from the map through a pinned double-buffered staging area
  * (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture
- * of the decode step as one CUDA graph that reads the token id and position from device memory, and a
- * device warm pass. After open nothing is allocated, loaded or captured.
+ * of the decode step as one CUDA graph per sequence (each appends to its sequence's cache) that reads the
+ * token id and position from device memory, and a device warm pass. After open nothing is allocated,
+ * loaded or captured.
  *
- * Decode (n == 1): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
+ * Decode (one row): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
  * argmax); logits come back only when asked for. The graph holds either the decode kernels one by one
  * (the default) or, with the session option cuda_persistent = 1 or 2, one launch of the persistent kernel
- * (cuda_decode_persistent.cu) over the same steps listed as phases at open. Prefill (n >= 2): the prefill kernels launched
- * eagerly (all loaded and warmed at open), tensor-core GEMMs, causal attention.
+ * (cuda_decode_persistent.cu) over the same steps listed as phases at open. Any other batch (a prefill, rows
+ * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
+ * GEMMs over all rows, causal attention per run of one sequence's rows. The test entry points are in
+ * cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -19,6 +22,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_common.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -38,40 +42,8 @@ extern "C" {
 #endif
 
 #define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
-#define DEC_CHUNK 64                   /* keys per attention block in decode */
 
 /* ------------------------------------------------------------------ helpers */
-
-static kiln_status cuda_fail(cudaError_t e, const char *what) {
-    return kiln_fail(KILN_ERR_DEVICE, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-#define CU_TRY(expr, what)                           \
-    do {                                             \
-        cudaError_t e_ = (expr);                     \
-        if (e_ != cudaSuccess) return cuda_fail(e_, what); \
-    } while (0)
-
-static bool type_has_kernel(uint32_t t) {
-    return t == CK_F32 || t == CK_F16 || t == CK_BF16 || t == CK_Q8_0 || t == CK_Q4_0 || t == CK_Q4_K || t == CK_Q6_K;
-}
-
-/* Device layout of a matrix of `type` (after conversion): q bytes per row, scales per row. */
-static void dev_geometry(uint32_t type, int in, long long *row_bytes, int *d_per_row) {
-    *d_per_row = 0;
-    switch (type) {
-    case CK_F32: *row_bytes = (long long)in * 4; break;
-    case CK_F16:
-    case CK_BF16: *row_bytes = (long long)in * 2; break;
-    case CK_Q8_0: *row_bytes = in, *d_per_row = in / 32; break;
-    case CK_Q4_0: *row_bytes = in / 2, *d_per_row = in / 32; break;
-    case CK_Q4_K: *row_bytes = (long long)(in / 256) * 144; break;
-    case CK_Q6_K: *row_bytes = (long long)(in / 256) * 208, *d_per_row = in / 256; break;
-    default: *row_bytes = 0; break;
-    }
-}
-
-static size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
 /* Carves n bytes (256-aligned) from a region; with base == NULL only sums. */
 static void *carve(uint8_t *base, size_t *off, size_t n) {
@@ -407,12 +379,6 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
 }
 
 /* ------------------------------------------------------------------ forward pieces */
-
-static mv_args mv_base(void) {
-    mv_args a;
-    memset(&a, 0, sizeof a);
-    return a;
-}
 
 static int mv_blocks(const cuda_state *s, mv_args &a) { return ck_matvec_plan(a, s->n_sm); }
 
@@ -1087,174 +1053,4 @@ extern "C" void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *
     out->persistent_grid = s->persistent ? s->p_grid : 0;
     out->persistent_phases = s->persistent ? s->n_phases : 0;
     snprintf(out->decode_path, sizeof out->decode_path, "%s", s->decode_path);
-}
-
-/* ------------------------------------------------------------------ single kernels for the tests */
-
-/* Device buffers of one test call, freed together. */
-typedef struct test_bufs {
-    void *p[16];
-    int n;
-    cudaStream_t st;
-} test_bufs;
-
-static kiln_status tb_init(test_bufs *b) {
-    memset(b, 0, sizeof *b);
-    kiln_cuda_device_info di;
-    kiln_cuda_probe(&di);
-    if (!di.present) return kiln_fail(KILN_ERR_DEVICE, "cuda: %s", di.reason);
-    CU_TRY(cudaSetDevice(0), "set device");
-    CU_TRY(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream");
-    return KILN_OK;
-}
-
-static void *tb_alloc(test_bufs *b, size_t n, const void *init) {
-    void *p = NULL;
-    if (b->n >= 16 || cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
-    kiln_count_device_alloc();
-    b->p[b->n++] = p;
-    if (init) cudaMemcpy(p, init, n, cudaMemcpyHostToDevice);
-    else cudaMemset(p, 0, n ? n : 1);
-    return p;
-}
-
-static void tb_free(test_bufs *b) {
-    if (b->st) cudaStreamSynchronize(b->st), cudaStreamDestroy(b->st);
-    for (int i = 0; i < b->n; i++) cudaFree(b->p[i]);
-}
-
-/* Uploads GGUF rows of `type` into the device layout of the kernels. */
-static kiln_status tb_weight(test_bufs *b, uint32_t type, const void *w, int in, int out, dev_weight *dw) {
-    if (!type_has_kernel(type)) return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda test: type %u has no kernel", type);
-    const size_t raw_row = kiln_row_bytes(type, (uint64_t)in);
-    if (!raw_row) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: %d values do not fill blocks of type %u", in, type);
-    memset(dw, 0, sizeof *dw);
-    dw->type = (int)type, dw->in = in, dw->out = out;
-    dev_geometry(type, in, &dw->row_bytes, &dw->d_per_row);
-    uint8_t *raw = (uint8_t *)tb_alloc(b, raw_row * out, w);
-    if (!raw) return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
-    if (!dw->d_per_row) {
-        dw->q = raw;
-        return KILN_OK;
-    }
-    uint8_t *q = (uint8_t *)tb_alloc(b, (size_t)dw->row_bytes * out, NULL);
-    __half *d = (__half *)tb_alloc(b, (size_t)dw->d_per_row * out * 2, NULL);
-    if (!q || !d) return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
-    const int bb = type == CK_Q8_0 ? 34 : type == CK_Q4_0 ? 18 : 210;
-    const int doff = type == CK_Q6_K ? 208 : 0, qoff = type == CK_Q6_K ? 0 : 2;
-    const int qlen = type == CK_Q8_0 ? 32 : type == CK_Q4_0 ? 16 : 208;
-    ck_repack(raw, (long long)out * dw->d_per_row, bb, doff, qoff, qlen, q, d, b->st);
-    dw->q = q, dw->d = d;
-    return KILN_OK;
-}
-
-static kiln_status tb_finish(test_bufs *b, void *host, const void *dev, size_t n) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaStreamSynchronize(b->st);
-    if (e == cudaSuccess && host) e = cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) return cuda_fail(e, "test kernel");
-    return KILN_OK;
-}
-
-extern "C" kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out, const float *x,
-                                             const float *norm_w, float *y) {
-    test_bufs b;
-    kiln_status st = tb_init(&b);
-    dev_weight dw;
-    if (st == KILN_OK) st = tb_weight(&b, type, w, in, out, &dw);
-    if (st == KILN_OK) {
-        float *dx = (float *)tb_alloc(&b, (size_t)in * 4, x);
-        float *dn = norm_w ? (float *)tb_alloc(&b, (size_t)in * 4, norm_w) : NULL;
-        float *dy = (float *)tb_alloc(&b, (size_t)out * 4, NULL);
-        mv_args a = mv_base();
-        a.w0 = dw;
-        a.pair = MV_PAIR_ADJ;
-        a.in_mode = norm_w ? MV_IN_NORM : MV_IN_PLAIN;
-        a.x = dx, a.norm_w = dn, a.eps = 1e-5f;
-        a.epi = MV_EPI_STORE;
-        a.y = dy;
-        kiln_cuda_device_info di;
-        kiln_cuda_probe(&di);
-        const size_t smem = ck_matvec_smem(in);
-        if (smem > 48 * 1024) ck_set_matvec_smem(smem);
-        {
-            const int nb = ck_matvec_plan(a, di.n_sm);
-            ck_matvec(a, nb, b.st);
-        }
-        st = tb_finish(&b, y, dy, (size_t)out * 4);
-    }
-    tb_free(&b);
-    return st;
-}
-
-extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok,
-                                           float *y) {
-    test_bufs b;
-    kiln_status st = tb_init(&b);
-    dev_weight dw;
-    if (st == KILN_OK) st = tb_weight(&b, type, w, in, out, &dw);
-    if (st == KILN_OK) {
-        const int lda = (int)align_up((size_t)in, 32);
-        uint16_t *xh = (uint16_t *)kiln_calloc((size_t)n_tok * lda, 2);
-        if (!xh) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
-        if (st == KILN_OK) {
-            for (int t = 0; t < n_tok; t++)
-                for (int k = 0; k < in; k++) xh[(size_t)t * lda + k] = kiln_f32_to_f16(x[(size_t)t * in + k]);
-            __half *da = (__half *)tb_alloc(&b, (size_t)n_tok * lda * 2, xh);
-            float *dy = (float *)tb_alloc(&b, (size_t)n_tok * out * 4, NULL);
-            ck_gemm(dw, da, lda, n_tok, dy, out, 0, false, b.st);
-            st = tb_finish(&b, y, dy, (size_t)n_tok * out * 4);
-        }
-        kiln_free(xh);
-    }
-    tb_free(&b);
-    return st;
-}
-
-extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head,
-                                                int n_head_kv, int head_dim, int pos0, int n_tok, bool split,
-                                                float *out) {
-    if (split && n_tok != 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: the split path takes one token");
-    if (n_head % n_head_kv || n_head / n_head_kv > CK_ATT_MAX_G || head_dim > 256 || head_dim % 2)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: unsupported attention shape");
-    test_bufs b;
-    kiln_status st = tb_init(&b);
-    const int Q = n_head * head_dim, KV = n_head_kv * head_dim, n_keys = pos0 + n_tok;
-    uint16_t *kh = (uint16_t *)kiln_malloc((size_t)n_keys * KV * 2 * 2);
-    uint16_t *oh = (uint16_t *)kiln_malloc((size_t)n_tok * Q * 2);
-    if (st == KILN_OK && (!kh || !oh)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
-    if (st == KILN_OK) {
-        uint16_t *vh = kh + (size_t)n_keys * KV;
-        for (size_t i = 0; i < (size_t)n_keys * KV; i++) kh[i] = kiln_f32_to_f16(k[i]), vh[i] = kiln_f32_to_f16(v[i]);
-        attn_args at;
-        memset(&at, 0, sizeof at);
-        at.q = (const float *)tb_alloc(&b, (size_t)n_tok * Q * 4, q);
-        at.q_stride = Q;
-        at.k_cache = (const __half *)tb_alloc(&b, (size_t)n_keys * KV * 2, kh);
-        at.v_cache = (const __half *)tb_alloc(&b, (size_t)n_keys * KV * 2, vh);
-        at.kv_dim = KV, at.n_head = n_head, at.n_head_kv = n_head_kv, at.head_dim = head_dim;
-        at.scale = 1.0f / sqrtf((float)head_dim);
-        if (split) {
-            /* decode: splits of DEC_CHUNK keys (and one idle split beyond the last), combined by the last */
-            const int n_split = (n_keys + DEC_CHUNK - 1) / DEC_CHUNK + 1;
-            int *dpos = (int *)tb_alloc(&b, 4, &pos0);
-            float *part = (float *)tb_alloc(&b, (size_t)n_split * n_head * (head_dim + 2) * 4, NULL);
-            unsigned *cnt = (unsigned *)tb_alloc(&b, (size_t)n_head_kv * 4, NULL);
-            float *dy = (float *)tb_alloc(&b, (size_t)Q * 4, NULL);
-            at.chunk = DEC_CHUNK, at.pos_dev = dpos, at.part = part, at.counters = cnt, at.out_f = dy;
-            ck_attention(at, n_split, 1, b.st);
-            st = tb_finish(&b, out, dy, (size_t)Q * 4);
-        } else {
-            __half *dout = (__half *)tb_alloc(&b, (size_t)n_tok * Q * 2, NULL);
-            at.chunk = n_keys, at.pos0 = pos0, at.out = dout, at.out_stride = Q;
-            ck_attention(at, 1, n_tok, b.st);
-            st = tb_finish(&b, oh, dout, (size_t)n_tok * Q * 2);
-            if (st == KILN_OK)
-                for (size_t i = 0; i < (size_t)n_tok * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
-        }
-    }
-    kiln_free(kh);
-    kiln_free(oh);
-    tb_free(&b);
-    return st;
 }
