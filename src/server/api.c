@@ -28,7 +28,10 @@ static enum MHD_Result h_page(srv *S, req_ctx *c, struct MHD_Connection *conn) {
 
 static enum MHD_Result h_health(srv *S, req_ctx *c, struct MHD_Connection *conn) {
     int st = atomic_load(&S->state);
-    const char *name = st == SRV_READY ? "ok" : st == SRV_LOADING ? "loading" : st == SRV_FAILED ? "error" : "stopping";
+    const char *name = st == SRV_READY                          ? "ok"
+                       : st == SRV_LOADING || st == SRV_WARMING ? "loading"
+                       : st == SRV_FAILED                       ? "error"
+                                                                : "stopping";
     return http_json(S, c, conn, st == SRV_READY ? 200 : 503, json_pack("{s:s}", "status", name));
 }
 
@@ -261,6 +264,8 @@ enum MHD_Result api_handle(srv *S, req_ctx *c, struct MHD_Connection *conn, cons
         return fail(S, c, conn, 401, "authentication_error", "invalid_api_key",
                     "missing or wrong API key (send Authorization: Bearer KEY)");
     int st = atomic_load(&S->state);
+    if (st == SRV_WARMING && warm_is_warm_request(S, conn)) st = SRV_READY;
+    if (st == SRV_WARMING) st = SRV_LOADING;
     if (r->ready && st != SRV_READY)
         return fail(S, c, conn, 503, "unavailable_error", st == SRV_LOADING ? "model_loading" : NULL,
                     st == SRV_LOADING ? "the model is loading" : "the server is stopping");

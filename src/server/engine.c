@@ -295,16 +295,30 @@ static bool engine_open(srv *S) {
     return true;
 }
 
+/* The warm-up requests run on their own thread while the engine loop serves them, then the server is ready. */
+static void *warm_main(void *arg) {
+    srv *S = arg;
+    warm_run(S);
+    fprintf(stderr, "kiln serve: ready on http://%s:%d — %s, %d slots of %d positions, %s\n", S->cfg.host, S->port,
+            S->model_id, S->n_seq, S->n_ctx, kiln_session_backend(S->sess));
+    int expected = SRV_WARMING;
+    atomic_compare_exchange_strong(&S->state, &expected, SRV_READY);
+    return NULL;
+}
+
 static void *engine_main(void *arg) {
     srv *S = arg;
     if (!engine_open(S)) {
         atomic_store(&S->state, SRV_FAILED);
         return NULL;
     }
-    fprintf(stderr, "kiln serve: ready on http://%s:%d — %s, %d slots of %d positions, %s\n", S->cfg.host, S->port,
-            S->model_id, S->n_seq, S->n_ctx, kiln_session_backend(S->sess));
     int expected = SRV_LOADING;
-    atomic_compare_exchange_strong(&S->state, &expected, SRV_READY);
+    S->warm_started = atomic_compare_exchange_strong(&S->state, &expected, SRV_WARMING) &&
+                      pthread_create(&S->warm_thread, NULL, warm_main, S) == 0;
+    if (!S->warm_started) {
+        expected = SRV_WARMING;
+        atomic_compare_exchange_strong(&S->state, &expected, SRV_READY);
+    }
     engine_loop(S);
     return NULL;
 }
@@ -333,13 +347,16 @@ void engine_stop(srv *S, int grace_s) {
     }
     pthread_join(S->engine_thread, NULL);
     S->engine_started = false;
+    if (S->warm_started) pthread_join(S->warm_thread, NULL); /* its requests were answered or refused */
+    S->warm_started = false;
     engine_free(S);
 }
 
 int engine_submit(srv *S, srv_job *j) {
     pthread_mutex_lock(&S->mu);
     int rc = 0;
-    if (atomic_load(&S->state) != SRV_READY || S->stop_engine) rc = 2;
+    const int st = atomic_load(&S->state);
+    if ((st != SRV_READY && st != SRV_WARMING) || S->stop_engine) rc = 2;
     else if (S->q_len + S->slots_busy >= S->cfg.max_queue + S->n_seq) rc = 1; /* no free slot, queue full */
     else {
         job_ref(j);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "server/srv.h"
@@ -25,6 +26,13 @@ void metrics_init(srv_metrics *m) {
 }
 
 void metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void metrics_reset(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    const size_t at = offsetof(srv_metrics, requests);
+    memset((char *)m + at, 0, sizeof *m - at);
+    pthread_mutex_unlock(&m->mu);
+}
 
 void metrics_request(srv_metrics *m, int route, int status) {
     int k = N_STATUS - 1;

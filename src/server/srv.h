@@ -154,6 +154,8 @@ typedef struct srv_metrics {
 
 void metrics_init(srv_metrics *m);
 void metrics_destroy(srv_metrics *m);
+/* Zeroes every counter and histogram (after the warm-up). */
+void metrics_reset(srv_metrics *m);
 void metrics_request(srv_metrics *m, int route, int status);
 void metrics_ttft(srv_metrics *m, double seconds);
 void metrics_tpot(srv_metrics *m, double seconds);
@@ -164,7 +166,8 @@ char *metrics_render(srv *S, size_t *len);
 
 /* ---------------------------------------------------------------- the server */
 
-enum { SRV_LOADING = 0, SRV_READY = 1, SRV_FAILED = 2, SRV_STOPPING = 3 };
+/* WARMING: the session is open and the server sends its own warm-up requests (warm.c); only those are served */
+enum { SRV_LOADING = 0, SRV_READY = 1, SRV_FAILED = 2, SRV_STOPPING = 3, SRV_WARMING = 4 };
 
 typedef struct engine engine;
 
@@ -193,7 +196,14 @@ struct srv {
     pthread_t engine_thread;
     bool engine_started;
     srv_metrics metrics;
+    char warm_token[40];         /* the X-Kiln-Warm header of the warm-up requests ("" outside the warm-up) */
+    pthread_t warm_thread;       /* sends them (engine.c) */
+    bool warm_started;
 };
+
+/* Warm-up (warm.c): the server's requests to itself before it reports ready. */
+void warm_run(srv *S);
+bool warm_is_warm_request(const srv *S, struct MHD_Connection *conn);
 
 /* Engine (engine.c): the thread that opens the session and runs the batch loop. */
 bool engine_start(srv *S);
