@@ -131,6 +131,19 @@ float test_rand_normal(uint64_t *s) {
 
 /* ---- heap call counting through the linker's --wrap ---- */
 static _Atomic uint64_t heap_calls;
+double test_cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb + 1e-300);
+}
+
+int32_t test_argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 uint64_t test_heap_calls(void) { return atomic_load(&heap_calls); }
 void *__real_malloc(size_t);
 void *__real_calloc(size_t, size_t);

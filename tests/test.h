@@ -70,6 +70,11 @@ int test_run_cmd(const char *cmd, char **out);
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_normal(uint64_t *state);
 
+/* Cosine similarity of a and b (n floats), in double. */
+double test_cosine(const float *a, const float *b, int n);
+/* Index of the largest of x[0..n) (the lowest on ties). */
+int32_t test_argmax(const float *x, int n);
+
 /* Heap calls made by any code in the test binary (counted by -Wl,--wrap wrappers). */
 uint64_t test_heap_calls(void);
 

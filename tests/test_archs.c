@@ -60,19 +60,6 @@ static bool load_ref(const char *model, arch_ref *r) {
     return true;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb + 1e-300);
-}
-
-static int32_t argmax_of(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Teacher forcing on `model` with the device dev: step 0 is the prompt's last position, step i the position
  * of generated token i-1; at every step the cosine to llama.cpp's logits must be >= min_cos and the argmax
  * must be llama.cpp's generated id. Prints and returns the worst cosine (-2 when nothing ran); keep (may be
@@ -95,12 +82,12 @@ static double teacher_forced_keep(const char *model, kiln_device dev, double min
         if (st != KILN_OK) break;
         const float *want = r.logits + i * (size_t)r.n_vocab;
         if (keep) memcpy(keep + i * (size_t)r.n_vocab, lg, sizeof(float) * (size_t)r.n_vocab);
-        const double c = cosine(lg, want, r.n_vocab);
+        const double c = test_cosine(lg, want, r.n_vocab);
         worst = c < worst ? c : worst;
         CHECKF(c >= min_cos, "%s step %zu: cosine %.6f < %.4f", model, i, c, min_cos);
-        n_equal += argmax_of(lg, r.n_vocab) == r.gen[i];
-        CHECKF(argmax_of(lg, r.n_vocab) == r.gen[i], "%s step %zu: argmax %d, llama.cpp %d", model, i,
-               argmax_of(lg, r.n_vocab), r.gen[i]);
+        n_equal += test_argmax(lg, r.n_vocab) == r.gen[i];
+        CHECKF(test_argmax(lg, r.n_vocab) == r.gen[i], "%s step %zu: argmax %d, llama.cpp %d", model, i,
+               test_argmax(lg, r.n_vocab), r.gen[i]);
     }
     CHECKF(st == KILN_OK, "%s: %s: %s", model, kiln_status_name(st), kiln_last_error());
     if (st == KILN_OK) printf("  %s: worst cosine %.7f over %zu steps, %zu argmax equal to llama.cpp's\n", model, worst, r.n_gen,
@@ -137,7 +124,7 @@ static void teacher_forced_in_batch(const char *model) {
         const int32_t other[5] = {1, 100 + 7 * q, 2000 + 13 * q, 30 + q, 4000 + q};
         const float *lg;
         st = kiln_seq_prefill(s, q, other, 2 + (size_t)q, &lg);
-        next[q] = argmax_of(lg, (int)V);
+        next[q] = test_argmax(lg, (int)V);
     }
     int same = 0;
     for (size_t i = 0; st == KILN_OK && i < r.n_gen; i++) {
@@ -490,14 +477,14 @@ TEST(archs_linear_rope_scaling_matches_independent_forward) {
     REQUIRE_OK(gguf_open(test_shared(ROPE_FREQS_MODEL), &f));
     /* the independent pass, unscaled, against llama.cpp at step n - n_prompt (the last of the ids) */
     REQUIRE(ref_forward(f, ids, n, 1.0, ref));
-    const double c_ref = cosine(ref, r.logits + (size_t)(n - (int)r.n_prompt) * V, V);
+    const double c_ref = test_cosine(ref, r.logits + (size_t)(n - (int)r.n_prompt) * V, V);
     CHECKF(c_ref >= 0.9999, "independent forward vs llama.cpp: cosine %.6f", c_ref);
     REQUIRE(kiln_logits(test_shared(ROPE_FREQS_MODEL), ids, n, plain, V));
 
     REQUIRE(ref_forward(f, ids, n, 0.25, ref));
     const kv_edit lin[] = {{"llama.rope.scaling.type", "linear", 0}, {"llama.rope.scaling.factor", NULL, 4.0f}};
     REQUIRE(kiln_logits(variant("linear4", lin, 2, NULL), ids, n, got, V));
-    const double c_lin = cosine(got, ref, V), c_change = cosine(ref, plain, V);
+    const double c_lin = test_cosine(got, ref, V), c_change = test_cosine(ref, plain, V);
     printf("  linear x4: kiln vs independent cosine %.7f; independent vs llama.cpp (unscaled) %.7f; scaled vs unscaled %.4f\n",
            c_lin, c_ref, c_change);
     CHECKF(c_lin >= 0.9999, "linear scaling: kiln vs independent forward cosine %.6f", c_lin);

@@ -232,19 +232,6 @@ TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
 
 /* ---- the whole model */
 
-static int32_t argmax_of(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb + 1e-300);
-}
-
 /* llama.cpp's own top-1/top-2 gap at a step of a reference (its activations are quantized to 8 bits,
  * ours are not: near-ties may go either way). */
 static double ref_gap(const char *rel, size_t step) {
@@ -314,11 +301,11 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
             int32_t pick = -1;
             REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &tok, 1, step, lc, NULL));
             REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, step, lg, &pick));
-            const double cs = cosine(lc, lg, V);
+            const double cs = test_cosine(lc, lg, V);
             worst = cs < worst ? cs : worst;
             CHECKF(cs >= 0.999, "%s step %d: cosine %.6f", rel, step, cs);
-            CHECKF(pick == argmax_of(lg, V), "%s step %d: device argmax %d, logits' argmax %d", rel, step, pick,
-                   argmax_of(lg, V));
+            CHECKF(pick == test_argmax(lg, V), "%s step %d: device argmax %d, logits' argmax %d", rel, step, pick,
+                   test_argmax(lg, V));
             ids[step] = pick;
             if (!departed && (size_t)step < n_want && pick == want[step]) same++;
             else departed = true;
@@ -341,13 +328,13 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         int32_t pick = -1;
         REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, prompt, 16, 0, lc, NULL));
         REQUIRE_OK(bk_forward(cu, sg, m, prompt, 16, 0, lg, &pick));
-        const double cs = cosine(lc, lg, V);
+        const double cs = test_cosine(lc, lg, V);
         CHECKF(cs >= 0.999, "%s prefill 16: cosine %.6f", rel, cs);
-        CHECKF(pick == argmax_of(lg, V), "%s prefill: device argmax %d vs %d", rel, pick, argmax_of(lg, V));
+        CHECKF(pick == test_argmax(lg, V), "%s prefill: device argmax %d vs %d", rel, pick, test_argmax(lg, V));
         /* and decode continues from the prefilled cache */
         REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &pick, 1, 16, lc, NULL));
         REQUIRE_OK(bk_forward(cu, sg, m, &pick, 1, 16, lg, NULL));
-        CHECKF(cosine(lc, lg, V) >= 0.999, "%s decode after prefill: cosine %.6f", rel, cosine(lc, lg, V));
+        CHECKF(test_cosine(lc, lg, V) >= 0.999, "%s decode after prefill: cosine %.6f", rel, test_cosine(lc, lg, V));
         free(lc), free(lg);
         cu->close(sg);
         kiln_backend_cpu.close(sc);
@@ -377,7 +364,7 @@ TEST(cuda_graph_replay_bit_identical_to_eager) {
             REQUIRE_OK(bk_forward(cu, sg, m, prompt, 5, 0, NULL, &tok));
             for (int s = 0; s < steps; s++) {
                 REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, 5 + s, dst + (size_t)s * V, NULL));
-                tok = argmax_of(dst + (size_t)s * V, V);
+                tok = test_argmax(dst + (size_t)s * V, V);
             }
         }
         CHECKF(memcmp(a, b, sizeof(float) * V * steps) == 0, "graph replay and eager launches differ (persistent %d)",
@@ -409,7 +396,7 @@ TEST(cuda_pdl_on_off_bit_identical) {
         const uint64_t t0 = kiln_now_ns();
         for (int s = 0; s < steps; s++) {
             REQUIRE_OK(bk_forward(cu, sg, m, &tok, 1, 5 + s, lg[mode] + (size_t)s * V, NULL));
-            tok = argmax_of(lg[mode] + (size_t)s * V, V);
+            tok = test_argmax(lg[mode] + (size_t)s * V, V);
         }
         us[mode] = (kiln_now_ns() - t0) / 1e3 / steps;
         cu->close(sg);
@@ -435,10 +422,10 @@ TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
         const uint64_t heap0 = test_heap_calls();
         const float *logits;
         REQUIRE_OK(kiln_prefill(s, prompt, 13, &logits));
-        int32_t tok = argmax_of(logits, m->hp.n_vocab);
+        int32_t tok = test_argmax(logits, m->hp.n_vocab);
         for (int i = 0; i < 16; i++) {
             REQUIRE_OK(kiln_decode(s, tok, &logits));
-            tok = argmax_of(logits, m->hp.n_vocab);
+            tok = test_argmax(logits, m->hp.n_vocab);
     }
     for (int i = 0; i < 16; i++) REQUIRE_OK(kiln_decode_greedy(s, tok, &tok));
     const uint64_t heap = test_heap_calls() - heap0;
@@ -572,7 +559,7 @@ TEST(cuda_persistent_decode_matches_kernel_path) {
             double worst = 1.0, max_diff = 0.0;
             for (int s = 0; s < steps; s++) {
                 const float *a = lg[0] + (size_t)s * V, *b = lg[bps] + (size_t)s * V;
-                const double cs = cosine(a, b, V);
+                const double cs = test_cosine(a, b, V);
                 worst = cs < worst ? cs : worst;
                 for (int i = 0; i < V; i++) max_diff = fmax(max_diff, fabs((double)a[i] - b[i]));
                 CHECKF(ids[bps][s] == ids[0][s], "%s step %d: persistent (%d/SM) picks %d, kernel path %d", files[f], s,

@@ -40,12 +40,6 @@ static double ref_gap(const reference *r, size_t step) {
     return json_real_value(json_object_get(s, "gap_top1_top2"));
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Greedy generation like the reference: prefill the prompt, then up to n tokens, stopping after EOG. */
 static kiln_status greedy(kiln_model *m, kiln_session *s, const int32_t *prompt, size_t n_prompt, size_t n,
                           int32_t *out, size_t *n_out, bool *finite) {
@@ -57,7 +51,7 @@ static kiln_status greedy(kiln_model *m, kiln_session *s, const int32_t *prompt,
     KILN_TRY(kiln_prefill(s, prompt, n_prompt, &logits));
     for (size_t i = 0; i < n; i++) {
         for (int v = 0; v < mi.n_vocab; v++) if (!isfinite(logits[v])) *finite = false;
-        int32_t id = argmax(logits, mi.n_vocab);
+        int32_t id = test_argmax(logits, mi.n_vocab);
         out[(*n_out)++] = id;
         if (kiln_token_is_eog(m, id) || i + 1 == n) break;
         KILN_TRY(kiln_decode(s, id, &logits));
@@ -244,10 +238,10 @@ TEST(gate_cpu_no_allocation_after_open) {
     const float *logits;
     uint64_t before = test_heap_calls();
     REQUIRE_OK(kiln_prefill(s, prompt, 13, &logits));
-    int32_t id = argmax(logits, 2048);
+    int32_t id = test_argmax(logits, 2048);
     for (int i = 0; i < 16; i++) {
         REQUIRE_OK(kiln_decode(s, id, &logits));
-        id = argmax(logits, 2048);
+        id = test_argmax(logits, 2048);
     }
     REQUIRE_OK(kiln_decode_greedy(s, id, &id));
     uint64_t calls = test_heap_calls() - before;

@@ -7,7 +7,6 @@
 #include "test.h"
 #include "test_gpu.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,12 +331,6 @@ TEST(session_kv_bytes_per_sequence_and_n_seq_cap) {
     kiln_model_close(m);
 }
 
-static double cosine_f(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / (sqrt(aa * bb) + 1e-30);
-}
-
 #define CB_SEQ 4
 #define CB_STEPS 24
 
@@ -403,7 +396,7 @@ TEST(cuda_batch_of_sequences_matches_each_alone) {
             for (int q = 0; q < CB_SEQ; q++)
                 for (int t = 0; t < CB_STEPS; t++) {
                     const size_t at = ((size_t)q * CB_STEPS + t) * mi.n_vocab;
-                    const double c = cosine_f(la + at, lb + at, mi.n_vocab);
+                    const double c = test_cosine(la + at, lb + at, mi.n_vocab);
                     worst = c < worst ? c : worst;
                     same += ia[q][t] == ib[q][t];
                 }

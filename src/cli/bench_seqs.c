@@ -13,27 +13,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/timing.h"
 #include "cli/cli.h"
 
 #define TRY(expr) \
     do { kiln_status st_ = (expr); if (st_ != KILN_OK) return st_; } while (0)
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts v). */
-static uint64_t median(uint64_t *v, long n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 bool bench_parse_seqs(const char *s, bench_seqs_args *a) {
     a->n_ks = 0;
@@ -62,26 +46,26 @@ static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const
     r->k = k;
     for (long rep = 0; rep < a->R; rep++) {
         for (int q = 0; q < k; q++) TRY(kiln_seq_reset(s, q));
-        uint64_t t0 = now_ns();
+        uint64_t t0 = kiln_now_ns();
         for (int q = 0; q < k; q++) TRY(kiln_seq_prefill(s, q, prompt, (size_t)a->P, NULL));
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kiln_now_ns();
         for (int q = 0; q < k; q++) rows[q] = (kiln_batch_row){.seq = q, .id = prompt[(q * 7) % a->P], .out = KILN_OUT_ARGMAX};
         for (long g = 0; g < a->N; g++) {
-            uint64_t ts = now_ns();
+            uint64_t ts = kiln_now_ns();
             TRY(kiln_batch(s, rows, (size_t)k, out, (size_t)k, NULL));
-            steps[rep * a->N + g] = now_ns() - ts;
+            steps[rep * a->N + g] = kiln_now_ns() - ts;
             for (int q = 0; q < k; q++) rows[q].id = out[q].id;
         }
         pre[rep] = t1 - t0;
-        dec[rep] = now_ns() - t1;
+        dec[rep] = kiln_now_ns() - t1;
     }
     r->first_step_ns = a->N ? steps[0] : 0;
-    r->prefill_ns = median(pre, a->R);
+    r->prefill_ns = cli_median_u64(pre, a->R);
     uint64_t total = 0;
     for (long rep = 0; rep < a->R; rep++) total += dec[rep];
     r->mean_step_ns = a->N ? total / (uint64_t)(a->R * a->N) : 0;
-    r->decode_ns = median(dec, a->R);
-    r->step_ns = a->N ? median(steps, a->R * a->N) : 0;
+    r->decode_ns = cli_median_u64(dec, a->R);
+    r->step_ns = a->N ? cli_median_u64(steps, a->R * a->N) : 0;
     return KILN_OK;
 }
 

@@ -21,6 +21,9 @@ int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 /* Prints "kiln CMD: message" to stderr and returns 1 (usage errors return 2 through cli_usage_error). */
+/* Median of v[0..n) (sorts v; 0 when n <= 0). */
+uint64_t cli_median_u64(uint64_t *v, long n);
+
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Parses a whole decimal/float argument; false (and an error printed) when malformed or out of range. */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli/bench_seqs.h"
+#include "base/timing.h"
 #include "cli/cli.h"
 
 static const char *usage_text =
@@ -25,22 +26,6 @@ static const char *usage_text =
     "      --json           one JSON object instead of text\n"
     "      --strict         refuse a model file with tensors its architecture does not use\n"
     "  -h, --help           this help\n";
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t median(uint64_t *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
@@ -83,13 +68,13 @@ int cmd_bench(int argc, char **argv) {
 
     kiln_model *m = NULL;
     kiln_session *s = NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = kiln_now_ns();
     if (kiln_model_open_ex(model, &mo, &m) != KILN_OK || kiln_session_open(m, &o, &s) != KILN_OK) {
         cli_error("bench", "%s", kiln_last_error());
         kiln_model_close(m);
         return 1;
     }
-    uint64_t open_ns = now_ns() - t0;
+    uint64_t open_ns = kiln_now_ns() - t0;
     kiln_model_info mi;
     kiln_model_get_info(m, &mi);
     int32_t *ids = malloc((size_t)P * sizeof *ids);
@@ -105,17 +90,17 @@ int cmd_bench(int argc, char **argv) {
     for (long r = 0; r < R; r++) {
         kiln_session_reset(s);
         const float *logits;
-        uint64_t a = now_ns();
+        uint64_t a = kiln_now_ns();
         if (kiln_prefill(s, ids, (size_t)P, &logits) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
-        uint64_t b = now_ns();
+        uint64_t b = kiln_now_ns();
         int32_t id = ids[P - 1];
         for (long g = 0; g < G; g++)
             if (kiln_decode_greedy(s, id, &id) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
         pre[r] = b - a;
-        dec[r] = now_ns() - b;
+        dec[r] = kiln_now_ns() - b;
     }
     uint64_t first_pre = pre[0], first_dec = dec[0];
-    uint64_t mp = median(pre, (int)R), md = median(dec, (int)R);
+    uint64_t mp = cli_median_u64(pre, (int)R), md = cli_median_u64(dec, (int)R);
     const kiln_phase *ph;
     size_t nph = kiln_session_open_phases(s, &ph);
     if (json) {

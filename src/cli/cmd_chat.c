@@ -22,6 +22,7 @@
 
 #include "cli/chat_input.h"
 #include "cli/chat_prompt.h"
+#include "base/timing.h"
 #include "cli/cli.h"
 
 static const char *usage_text =
@@ -112,12 +113,6 @@ static bool chat_fail(const char *msg) {
     return false;
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Room a prompt leaves for the reply: -n when given, else a quarter of the context (at most half). */
 static size_t reply_room(const chat *c) {
     size_t q = (size_t)c->n_ctx / 4, half = (size_t)c->n_ctx / 2;
@@ -205,7 +200,7 @@ static bool generate(chat *c, const float *logits, reply *r) {
         if (chat_input_interrupted()) { r->interrupted = true; break; }
         int32_t id = kiln_sample(c->smp, logits);
         kiln_sampler_accept(c->smp, id);
-        if (!r->t_first) r->t_first = now_ns();
+        if (!r->t_first) r->t_first = kiln_now_ns();
         if (kiln_token_is_eog(c->m, id)) break;
         r->n_tokens++;
         size_t nb = kiln_detok_push(&d, id, buf, sizeof buf);
@@ -224,7 +219,7 @@ static bool generate(chat *c, const float *logits, reply *r) {
 }
 
 static void print_stats(const reply *r, uint64_t t_enter) {
-    uint64_t t_end = now_ns();
+    uint64_t t_end = kiln_now_ns();
     double ttft_ms = r->t_first ? (double)(r->t_first - t_enter) / 1e6 : 0;
     double gen_s = r->t_first ? (double)(t_end - r->t_first) / 1e9 : 0;
     if (r->n_tokens > 1 && gen_s > 0)
@@ -338,7 +333,7 @@ int cmd_chat(int argc, char **argv) {
         chat_in in = chat_input_read(&line);
         if (in == CHAT_IN_EOF || in == CHAT_IN_QUIT) break;
         if (in == CHAT_IN_CANCEL || !line[0]) { free(line); continue; }
-        uint64_t t_enter = now_ns();
+        uint64_t t_enter = kiln_now_ns();
         bool added = history_add(&c.h, "user", line);
         free(line);
         if (!added) { cli_error("chat", "out of memory"); goto done_input; }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli/chat_prompt.h"
+#include "base/timing.h"
 #include "cli/cli.h"
 
 typedef struct round_result {
@@ -19,12 +20,6 @@ typedef struct round_result {
     size_t text_len, text_cap;
     int32_t *ids;   /* the generated ids (n_gen; the end-of-generation id included), room for n_predict */
 } round_result;
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void text_append(round_result *r, const char *s, size_t n) {
     if (r->text_len + n + 1 > r->text_cap) {
@@ -56,9 +51,9 @@ static kiln_status generate_round(const run_setup *s, int n_predict, kiln_model 
     r->n_prompt = n_ids;
     r->decode_min = UINT64_MAX;
     const float *logits;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = kiln_now_ns();
     kiln_status st = kiln_prefill(sess, ids, n_ids, &logits);
-    r->prefill_ns = now_ns() - t0;
+    r->prefill_ns = kiln_now_ns() - t0;
     if (st != KILN_OK) return st;
     kiln_detok d;
     kiln_detok_init(&d, m, strip_space);
@@ -71,14 +66,14 @@ static kiln_status generate_round(const run_setup *s, int n_predict, kiln_model 
         if (!s->ignore_eos && kiln_token_is_eog(m, id)) { r->eog = true; break; } /* not printed */
         emit(s, r, buf, kiln_detok_push(&d, id, buf, sizeof buf));
         if (i + 1 == n_predict || r->write_failed) break;
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kiln_now_ns();
         if (greedy) {
             st = kiln_decode_greedy(sess, id, &id);
         } else {
             st = kiln_decode(sess, id, &logits);
             if (st == KILN_OK) id = kiln_sample(smp, logits);
         }
-        uint64_t dt = now_ns() - t1;
+        uint64_t dt = kiln_now_ns() - t1;
         if (st != KILN_OK) return st;
         r->decode_ns += dt;
         r->n_decode++;
@@ -166,12 +161,12 @@ int run_generate(const run_setup *s) {
     round_result *rs = calloc((size_t)s->rounds, sizeof *rs);
     int rc = 1;
     if (!rs) return cli_error("run", "out of memory");
-    uint64_t t0 = now_ns();
+    uint64_t t0 = kiln_now_ns();
     kiln_status st = kiln_model_open_ex(s->model_path, &s->mopt, &m);
     if (st != KILN_OK) { cli_error("run", "%s", kiln_last_error()); goto done; }
     st = kiln_session_open(m, &s->sopt, &sess);
     if (st != KILN_OK) { cli_error("run", "%s", kiln_last_error()); goto done; }
-    uint64_t open_ns = now_ns() - t0;
+    uint64_t open_ns = kiln_now_ns() - t0;
     kiln_model_info mi;
     kiln_model_get_info(m, &mi);
 

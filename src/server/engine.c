@@ -195,7 +195,7 @@ static void engine_loop(srv *S) {
     engine *E = S->eng;
     for (;;) {
         pthread_mutex_lock(&S->mu);
-        uint64_t now = srv_now_ns();
+        uint64_t now = kiln_now_ns();
         sweep(S, now);
         assign(S, now);
         bool idle = !any_running(S);
@@ -217,7 +217,7 @@ static void engine_loop(srv *S) {
         if (st != KILN_OK) snprintf(err, sizeof err, "the forward pass failed: %s", kiln_last_error());
         else sample_logits(S, n_out);
         pthread_mutex_lock(&S->mu);
-        if (st == KILN_OK) take_outputs(S, n_out, srv_now_ns());
+        if (st == KILN_OK) take_outputs(S, n_out, kiln_now_ns());
         else
             for (int i = 0; i < S->n_seq; i++)
                 if (E->slots[i].chunk && E->slots[i].job) slot_finish(S, &E->slots[i], FIN_ERROR, err);
@@ -262,7 +262,7 @@ static void engine_free(srv *S) {
 /* Opens model, session and template; prints why it failed. */
 static bool engine_open(srv *S) {
     const srv_config *c = &S->cfg;
-    uint64_t t0 = srv_now_ns();
+    uint64_t t0 = kiln_now_ns();
     if (kiln_model_open(c->model_path, &S->model) != KILN_OK) {
         fprintf(stderr, "kiln serve: %s\n", kiln_last_error());
         return false;
@@ -291,7 +291,7 @@ static bool engine_open(srv *S) {
         fprintf(stderr, "kiln serve: out of memory for %d slots\n", S->n_seq);
         return false;
     }
-    if (c->on_open) c->on_open(S->sess, (unsigned long long)(srv_now_ns() - t0), c->ud);
+    if (c->on_open) c->on_open(S->sess, (unsigned long long)(kiln_now_ns() - t0), c->ud);
     return true;
 }
 
@@ -335,11 +335,11 @@ void engine_stop(srv *S, int grace_s) {
     S->stop_engine = true;
     pthread_cond_signal(&S->cv);
     pthread_mutex_unlock(&S->mu);
-    uint64_t until = srv_now_ns() + (uint64_t)grace_s * 1000000000ull;
+    uint64_t until = kiln_now_ns() + (uint64_t)grace_s * 1000000000ull;
     for (;;) {
         pthread_mutex_lock(&S->mu);
         bool busy = S->slots_busy > 0;
-        if (busy && srv_now_ns() > until) S->cancel_all = true;
+        if (busy && kiln_now_ns() > until) S->cancel_all = true;
         pthread_cond_signal(&S->cv);
         pthread_mutex_unlock(&S->mu);
         if (!busy) break;
@@ -360,7 +360,7 @@ int engine_submit(srv *S, srv_job *j) {
     else if (S->q_len + S->slots_busy >= S->cfg.max_queue + S->n_seq) rc = 1; /* no free slot, queue full */
     else {
         job_ref(j);
-        j->t_queued = srv_now_ns();
+        j->t_queued = kiln_now_ns();
         j->next = NULL;
         if (S->q_tail) S->q_tail->next = j;
         else S->q_head = j;

@@ -143,7 +143,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!c) {
         c = calloc(1, sizeof *c);
         if (!c) return MHD_NO;
-        c->t_arrive = srv_now_ns();
+        c->t_arrive = kiln_now_ns();
         c->route = SRV_ROUTE_OTHER;
         *con_cls = c;
         atomic_fetch_add(&S->open_requests, 1);

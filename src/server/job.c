@@ -10,12 +10,6 @@
 
 #include "server/srv.h"
 
-uint64_t srv_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 srv_job *job_new(srv *S, job_kind kind) {
     static atomic_ullong counter;
     srv_job *j = calloc(1, sizeof *j);

@@ -49,10 +49,10 @@ bool prompt_chat(srv *S, const json_t *body, srv_job *j, srv_error *e) {
         cm[i].content = texts[i];
         total += len + 16;
     }
-    uint64_t t0 = srv_now_ns();
+    uint64_t t0 = kiln_now_ns();
     if (!ok) srv_fail(e, 500, "server_error", NULL, NULL, "out of memory for %zu messages", n);
     else ok = set_ids(j, total + 64, true, cm, n, NULL, 0, S, e);
-    j->template_ns = srv_now_ns() - t0;
+    j->template_ns = kiln_now_ns() - t0;
     for (size_t i = 0; texts && i < n; i++) free(texts[i]);
     free(texts);
     free(cm);
@@ -79,7 +79,7 @@ bool prompt_completion(srv *S, const json_t *body, srv_job *j, srv_error *e) {
     /* a one-element array of a string or of ids is that prompt (OpenAI's batch form with one prompt) */
     if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
         p = json_array_get(p, 0);
-    uint64_t t0 = srv_now_ns();
+    uint64_t t0 = kiln_now_ns();
     bool ok;
     if (!p || json_is_null(p)) ok = SRV_BAD_REQUEST(e, "prompt", "prompt is required");
     else if (json_is_string(p)) {
@@ -91,7 +91,7 @@ bool prompt_completion(srv *S, const json_t *body, srv_job *j, srv_error *e) {
             return SRV_BAD_REQUEST(e, "prompt", "prompt: one prompt per request (n = 1)");
         ok = prompt_ids(S, p, j, e);
     } else ok = SRV_BAD_REQUEST(e, "prompt", "prompt must be a string or an array of token ids");
-    j->template_ns = srv_now_ns() - t0;
+    j->template_ns = kiln_now_ns() - t0;
     if (ok && j->n_prompt == 0) {
         /* an empty prompt starts from BOS, as `kiln run` does */
         if (S->mi.bos_id < 0) return SRV_BAD_REQUEST(e, "prompt", "prompt is empty and the model has no BOS token");

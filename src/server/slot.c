@@ -62,7 +62,7 @@ void slot_finish(srv *S, slot *s, job_finish reason, const char *msg) {
     if (msg) snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
     j->done = true;
     j->finish = reason;
-    if (!j->t_first) j->t_first = j->t_last = srv_now_ns();
+    if (!j->t_first) j->t_first = j->t_last = kiln_now_ns();
     metrics_tokens(&S->metrics, j->n_prompt - j->n_cached, j->n_cached, j->n_gen);
     if (reason == FIN_CANCELLED) metrics_count_cancel(&S->metrics, msg && strstr(msg, "did not read"));
     slot_notify(S, j);

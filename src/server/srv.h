@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "kiln.h"
+#include "base/timing.h"
 #include "server/server.h"
 
 struct MHD_Connection;
@@ -232,7 +233,5 @@ json_t *respond_text(const char *s, size_t n);
 
 /* The chat page (page.c). */
 extern const char srv_page_html[];
-
-uint64_t srv_now_ns(void);
 
 #endif
