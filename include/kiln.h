@@ -245,6 +245,12 @@ kiln_sampler_params kiln_sampler_defaults(void);
  * buffer that sampling over n_vocab ids needs. */
 kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sampler **out);
 void kiln_sampler_close(kiln_sampler *s);
+/* Validates p for n_vocab ids as kiln_sampler_open does, allocating nothing. */
+kiln_status kiln_sampler_check(const kiln_sampler_params *p, int n_vocab);
+/* Gives an open sampler new parameters and resets it (window emptied, RNG reseeded), allocating nothing, so a
+ * server can open one sampler per slot at startup: p->repeat_last_n may not exceed the window the sampler was
+ * opened with. On failure the sampler is unchanged. */
+kiln_status kiln_sampler_reconfigure(kiln_sampler *s, const kiln_sampler_params *p);
 /* Picks the next id from logits (n_vocab floats, not modified); does not allocate; -1 when s or logits is NULL
  * (kiln_sampler_accept / reset / close with a NULL sampler do nothing). The penalties apply first
  * (llama.cpp's order: repeat, then frequency * count + presence), then greedy or top-k -> top-p -> min-p ->

@@ -554,3 +554,44 @@ TEST(sample_boundary_decisions_use_the_exact_normalizer) {
     CHECKF(diffs == 0, "%d of %d ids differ from the reference", diffs, calls);
     free(x);
 }
+
+/* A sampler reconfigured with other parameters draws exactly what one freshly opened with them draws, allocates
+ * nothing, and refuses a window longer than the one it was opened with (staying as it was). */
+TEST(sample_reconfigure_equals_a_fresh_sampler) {
+    enum { NV = 4096, STEPS = 200 };
+    float *lg = malloc(NV * sizeof(float));
+    REQUIRE(lg);
+    uint64_t rs = 42;
+    kiln_sampler_params big = kiln_sampler_defaults();
+    big.repeat_last_n = 256;
+    kiln_sampler *re, *fresh;
+    REQUIRE_OK(kiln_sampler_open(&big, NV, &re));
+    kiln_sampler_params p = kiln_sampler_defaults();
+    p.temperature = 1.0f, p.top_k = 0, p.top_p = 0.9f, p.min_p = 0.0f, p.seed = 7;
+    p.repeat_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.25f, p.repeat_last_n = 32;
+    REQUIRE_OK(kiln_sampler_open(&p, NV, &fresh));
+    for (int i = 0; i < 50; i++) kiln_sampler_accept(re, i); /* an earlier request's window */
+    const uint64_t h0 = test_heap_calls();
+    REQUIRE_OK(kiln_sampler_reconfigure(re, &p));
+    CHECK_EQ_INT(test_heap_calls() - h0, 0);
+    int differ = 0;
+    for (int t = 0; t < STEPS; t++) {
+        for (int i = 0; i < NV; i++) lg[i] = 3.0f * test_rand_normal(&rs);
+        const int32_t a = kiln_sample(re, lg), b = kiln_sample(fresh, lg);
+        differ += a != b;
+        kiln_sampler_accept(re, a);
+        kiln_sampler_accept(fresh, b);
+    }
+    CHECKF(differ == 0, "%d of %d draws differ from a fresh sampler", differ, STEPS);
+    kiln_sampler_params too_long = p;
+    too_long.repeat_last_n = 257;
+    CHECK_EQ_INT(kiln_sampler_reconfigure(re, &too_long), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "257") != NULL);
+    too_long.repeat_last_n = 8, too_long.top_p = 1.5f;
+    CHECK_EQ_INT(kiln_sampler_reconfigure(re, &too_long), KILN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(kiln_sampler_check(&too_long, NV), KILN_ERR_INVALID_ARG);
+    CHECK_OK(kiln_sampler_check(&p, NV));
+    kiln_sampler_close(re);
+    kiln_sampler_close(fresh);
+    free(lg);
+}

@@ -96,6 +96,23 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
     return KILN_OK;
 }
 
+kiln_status kiln_sampler_check(const kiln_sampler_params *p, int n_vocab) { return check_params(p, n_vocab); }
+
+kiln_status kiln_sampler_reconfigure(kiln_sampler *s, const kiln_sampler_params *p) {
+    if (!s) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_sampler_reconfigure: sampler is NULL");
+    KILN_TRY(check_params(p, s->n_vocab));
+    if (p->repeat_last_n > s->pen.cap_last_n)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "sampler: repeat-last-n %d exceeds the window of %d this sampler was opened with",
+                         p->repeat_last_n, s->pen.cap_last_n);
+    s->p = *p;
+    s->pen.repeat = p->repeat_penalty;
+    s->pen.presence = p->presence_penalty;
+    s->pen.frequency = p->frequency_penalty;
+    s->pen.last_n = p->repeat_last_n;
+    kiln_sampler_reset(s);
+    return KILN_OK;
+}
+
 void kiln_sampler_close(kiln_sampler *s) {
     if (!s) return;
     sample_penalty_free(&s->pen);

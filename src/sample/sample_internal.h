@@ -98,6 +98,7 @@ int sample_view_top(const sample_view *v, int k, cand *heap);
 typedef struct sample_penalty {
     float repeat, presence, frequency;
     int last_n, n_recent, head, n_vocab;
+    int cap_last_n;      /* the window the buffers were sized for at open (last_n <= cap_last_n) */
     int32_t *recent;     /* ring of last_n ids */
     uint32_t *stamp;     /* n_vocab: the apply call that last counted the id */
     int32_t *count;      /* n_vocab: occurrences in the window (valid where stamp is current) */

@@ -14,7 +14,7 @@ int sample_penalty_init(sample_penalty *pen, float repeat, float presence, float
     pen->repeat = repeat;
     pen->presence = presence;
     pen->frequency = frequency;
-    pen->last_n = last_n;
+    pen->last_n = pen->cap_last_n = last_n;
     pen->n_vocab = n_vocab;
     const size_t np = (size_t)(sample_penalty_max(last_n, n_vocab) > 0 ? sample_penalty_max(last_n, n_vocab) : 1);
     pen->recent = kiln_calloc((size_t)(last_n ? last_n : 1), sizeof(int32_t));

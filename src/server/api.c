@@ -127,16 +127,18 @@ static enum MHD_Result h_detokenize(srv *S, req_ctx *c, struct MHD_Connection *c
 
 /* ---------------------------------------------------------------- generation */
 
-/* The context check, the sampler (its window primed with the prompt, as `kiln run` does) and buffers. */
+/* The context check, the sampling parameters (the slot's sampler takes them in the engine) and buffers. */
 static bool job_prepare(srv *S, srv_job *j, srv_error *e) {
     int want = j->n_prompt + (j->p.max_tokens ? j->p.max_tokens : 1);
     if (want > S->n_ctx)
         return srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", j->kind == JOB_CHAT ? "messages" : "prompt",
                         "this server's context is %d tokens per slot, but the request needs %d (%d in the prompt, "
                         "%d to generate)", S->n_ctx, want, j->n_prompt, want - j->n_prompt);
-    if (kiln_sampler_open(&j->p.sp, S->mi.n_vocab, &j->smp) != KILN_OK)
+    if (kiln_sampler_check(&j->p.sp, S->mi.n_vocab) != KILN_OK)
         return SRV_BAD_REQUEST(e, NULL, "%s", kiln_last_error());
-    for (int i = 0; i < j->n_prompt; i++) kiln_sampler_accept(j->smp, j->prompt[i]);
+    if (j->p.sp.repeat_last_n > S->n_ctx) /* the slots' samplers are opened with a window of n_ctx */
+        return SRV_BAD_REQUEST(e, "repeat_last_n", "repeat_last_n %d is longer than a slot's context of %d tokens",
+                               j->p.sp.repeat_last_n, S->n_ctx);
     int max_gen = j->p.max_tokens ? j->p.max_tokens : S->n_ctx - j->n_prompt;
     size_t cap = (size_t)max_gen * 8 + 64;
     j->text_cap = cap < (256u << 10) ? cap : (256u << 10);

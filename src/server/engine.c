@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
 #include "server/slot.h"
 
 #define STREAM_CAP (64 * 1024)              /* unread stream bytes past which a slot pauses */
@@ -59,6 +60,12 @@ static void assign(srv *S, uint64_t now) {
             reuse = 0;
         }
         s->n_cache = s->n_fed = reuse;
+        /* the slot's sampler (opened at startup) takes the request's parameters; its window starts with the
+         * prompt, as `kiln run` does; the parameters were checked when the request came in */
+        const kiln_status rst = kiln_sampler_reconfigure(s->smp, &j->p.sp);
+        KILN_ASSERT(rst == KILN_OK);
+        for (int i = 0; i < j->n_prompt; i++) kiln_sampler_accept(s->smp, j->prompt[i]);
+        j->smp = s->smp;
         s->job = j;
         s->state = SLOT_PREFILL;
         s->mode = pick_mode(j);
@@ -241,7 +248,9 @@ static bool engine_alloc(srv *S, int max_batch) {
     for (int i = 0; i < S->n_seq; i++) {
         E->slots[i].idx = i;
         E->slots[i].cache = calloc((size_t)S->n_ctx, sizeof(int32_t));
-        if (!E->slots[i].cache) return false;
+        kiln_sampler_params sp = kiln_sampler_defaults();
+        sp.repeat_last_n = S->n_ctx; /* the longest window a request may ask for */
+        if (!E->slots[i].cache || kiln_sampler_open(&sp, S->mi.n_vocab, &E->slots[i].smp) != KILN_OK) return false;
     }
     return true;
 }
@@ -249,7 +258,10 @@ static bool engine_alloc(srv *S, int max_batch) {
 static void engine_free(srv *S) {
     engine *E = S->eng;
     if (!E) return;
-    for (int i = 0; E->slots && i < S->n_seq; i++) free(E->slots[i].cache);
+    for (int i = 0; E->slots && i < S->n_seq; i++) {
+        free(E->slots[i].cache);
+        kiln_sampler_close(E->slots[i].smp);
+    }
     free(E->slots);
     free(E->rows);
     free(E->outs);

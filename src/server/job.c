@@ -29,7 +29,6 @@ void job_ref(srv_job *j) { j->refs++; }
 
 void job_unref_locked(srv_job *j) {
     if (!j || --j->refs > 0) return;
-    kiln_sampler_close(j->smp);
     free(j->prompt);
     free(j->text);
     free(j->lps);

@@ -17,6 +17,7 @@ typedef struct slot {
     slot_state state;
     srv_job *job;
     int32_t *cache;        /* the tokens this sequence's KV holds (n_ctx) */
+    kiln_sampler *smp;     /* opened at startup; each job reconfigures it */
     int n_cache;
     int n_fed;             /* prompt tokens in the KV */
     int chunk;             /* rows this slot has in the current batch */

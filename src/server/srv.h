@@ -91,7 +91,7 @@ typedef struct srv_job {
     int32_t *prompt;             /* prompt ids (n_prompt >= 1) */
     int n_prompt;
     bool strip_space;            /* the prompt is only BOS: strip the SPM space of the first piece */
-    kiln_sampler *smp;
+    kiln_sampler *smp;           /* its slot's sampler while it runs (not owned) */
     char id[48];
     long long created;           /* unix seconds */
     uint64_t t_arrive, t_queued, t_start, t_first, t_last, template_ns;
