@@ -164,6 +164,7 @@ TEST(cli_chat_ctrl_c_stops_the_reply) {
     term_send(t, "\x03");
     CHECKF(term_wait(t, 10, mark, "\n> ", 0), "Ctrl-C with typed text did not give a new prompt:\n%s", t->buf + mark);
     CHECK(waitpid(t->pid, NULL, WNOHANG) == 0);
+    usleep(300 * 1000); /* as above: let readline take the terminal */
     term_send(t, "\x03");
     CHECK_EQ_INT(term_exit(t, 30), 0);
     if (getenv("KILN_TEST_VERBOSE")) printf("%s\n", t->buf);

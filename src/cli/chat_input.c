@@ -42,6 +42,7 @@ void chat_input_clear(void) { g_sigint = 0; }
 /* readline's character reader: a byte, or EOF at the end of input or once Ctrl-C was pressed. */
 static int read_char(FILE *f) {
     for (;;) {
+        if (g_sigint) return EOF; /* a Ctrl-C that came before this read (it would not interrupt it) */
         unsigned char ch;
         ssize_t n = read(fileno(f), &ch, 1);
         if (n == 1) {
