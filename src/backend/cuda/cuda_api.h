@@ -73,6 +73,26 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
 
+/* One decode matrix x vector timed alone (test-only microbenchmark): random weights of `type` (out rows of in
+ * values; SWIGLU: two such matrices, gate and up), a fixed input, the epilogue of `kind` (QKV: out = nq + 2 nk
+ * rows, heads of head_dim, RoPE at position 7 and the K/V append; LOGITS: the argmax too), nr rows of input.
+ * n_launch launches back to back (with programmatic dependent launch when pdl) are captured in one graph and
+ * replayed reps times: us = microseconds per launch, blocks = the grid, hash = FNV-1a of every output of one
+ * launch from zeroed outputs (to compare builds bit for bit). */
+enum { KILN_MVB_STORE = 0, KILN_MVB_ADD, KILN_MVB_QKV, KILN_MVB_SWIGLU, KILN_MVB_LOGITS };
+typedef struct kiln_cuda_mv_bench {
+    uint32_t type;
+    int in, out, kind;
+    int nq, nk, head_dim;      /* QKV */
+    int nr;                    /* rows of input (1..8) */
+    int n_launch, reps;
+    bool pdl;
+    double us;                 /* out */
+    int blocks;                /* out */
+    uint64_t hash;             /* out */
+} kiln_cuda_mv_bench;
+kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
+
 #endif /* KILN_HAVE_CUDA */
 
 #ifdef __cplusplus

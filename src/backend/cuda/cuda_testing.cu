@@ -184,3 +184,173 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
     tb_free(&b);
     return st;
 }
+
+/* ------------------------------------------------------------------ matvec microbenchmark */
+
+/* FNV-1a over n bytes, continuing h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* GGUF rows of `type` for a random out x in matrix (normal values of scale 0.05, a fixed seed), built row by
+ * row with the reference quantizer; NULL when out of memory. */
+static void *bench_weight(uint32_t type, int in, int out) {
+    const kiln_type_info *ti = kiln_type_get(type);
+    const size_t row = kiln_row_bytes(type, (uint64_t)in);
+    uint8_t *w = (uint8_t *)kiln_malloc(row * (size_t)out);
+    float *f = (float *)kiln_malloc(sizeof(float) * (size_t)in);
+    if (!w || !f) {
+        kiln_free(w), kiln_free(f);
+        return NULL;
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int r = 0; r < out; r++) {
+        for (int k = 0; k < in; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            f[k] = 0.05f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 3.4f;
+        }
+        ti->from_float(f, w + (size_t)r * row, in);
+    }
+    kiln_free(f);
+    return w;
+}
+
+/* The device side of one benchmark case: its buffers and the matvec's arguments. */
+typedef struct bench_case {
+    test_bufs b;
+    mv_args a;
+    float *dy, *dq;
+    __half *dkv;
+    size_t kv_bytes;
+    int *arg_out;
+    int nb;
+} bench_case;
+
+#define BENCH_MAX_BLOCKS (2 * 132 * 4)
+
+/* Buffers, weights and arguments of the case mb describes (random weights, a fixed input). */
+static kiln_status bench_setup(const kiln_cuda_mv_bench *mb, bench_case *c) {
+    const int in = mb->in, out = mb->out, dual = mb->kind == KILN_MVB_SWIGLU, pos = 7;
+    test_bufs *b = &c->b;
+    kiln_status st = tb_init(b);
+    if (st != KILN_OK) return st;
+    void *hw = bench_weight(mb->type, in, out);
+    float *hx = (float *)kiln_malloc(sizeof(float) * (size_t)in);
+    if (!hw || !hx) st = kiln_fail(KILN_ERR_NOMEM, "cuda bench: out of memory");
+    dev_weight dw0, dw1;
+    memset(&dw1, 0, sizeof dw1);
+    if (st == KILN_OK) st = tb_weight(b, mb->type, hw, in, out, &dw0);
+    if (st == KILN_OK && dual) st = tb_weight(b, mb->type, hw, in, out, &dw1);
+    for (int k = 0; hx && k < in; k++) hx[k] = sinf(0.37f * (float)k) + 0.1f;
+    c->kv_bytes = (size_t)16 * mb->nk * 2;
+    float *dx = st == KILN_OK ? (float *)tb_alloc(b, (size_t)in * 4, hx) : NULL;
+    kiln_free(hw), kiln_free(hx);
+    c->dy = (float *)tb_alloc(b, (size_t)out * 4, NULL);
+    c->dq = (float *)tb_alloc(b, (size_t)out * 4, NULL);
+    c->dkv = (__half *)tb_alloc(b, 2 * c->kv_bytes + 4, NULL);
+    int *dpos = (int *)tb_alloc(b, 4, &pos);
+    float *fr = (float *)tb_alloc(b, (size_t)(mb->head_dim / 2 + 1) * 4, NULL);
+    float *av = (float *)tb_alloc(b, (size_t)BENCH_MAX_BLOCKS * 4, NULL);
+    int *ai = (int *)tb_alloc(b, (size_t)BENCH_MAX_BLOCKS * 4 + 64, NULL);
+    unsigned *cnt = (unsigned *)tb_alloc(b, 4, NULL);
+    if (st == KILN_OK && (!dx || !c->dy || !c->dq || !c->dkv || !dpos || !fr || !av || !ai || !cnt))
+        st = kiln_fail(KILN_ERR_DEVICE, "cuda bench: allocation failed");
+    if (st != KILN_OK) return st;
+    mv_args &a = c->a;
+    a = mv_base();
+    a.w0 = dw0, a.w1 = dw1;
+    a.pair = dual ? MV_PAIR_DUAL : MV_PAIR_ADJ;
+    const bool norm = mb->kind == KILN_MVB_QKV || mb->kind == KILN_MVB_SWIGLU || mb->kind == KILN_MVB_LOGITS;
+    a.in_mode = norm ? MV_IN_NORM : MV_IN_PLAIN;
+    a.x = dx, a.norm_w = norm ? dx : NULL, a.eps = 1e-5f;
+    a.epi = mb->kind == KILN_MVB_ADD      ? MV_EPI_ADD
+            : mb->kind == KILN_MVB_QKV    ? MV_EPI_QKV
+            : mb->kind == KILN_MVB_SWIGLU ? MV_EPI_SWIGLU
+            : mb->kind == KILN_MVB_LOGITS ? MV_EPI_LOGITS
+                                          : MV_EPI_STORE;
+    a.y = c->dy;
+    a.pos = dpos, a.head_dim = mb->head_dim, a.nq = mb->nq, a.nk = mb->nk, a.n_rot = mb->head_dim;
+    a.kv_dim = mb->nk, a.rope_freq = fr, a.q_out = c->dq, a.k_cache = c->dkv, a.v_cache = c->dkv + c->kv_bytes / 2;
+    a.arg_val = av, a.arg_idx = ai, a.counter = cnt, a.arg_out = c->arg_out = ai + BENCH_MAX_BLOCKS;
+    kiln_cuda_device_info di;
+    kiln_cuda_probe(&di);
+    const size_t smem = ck_matvec_smem(in);
+    if (smem > 48 * 1024) CU_TRY(ck_set_matvec_smem(smem), "matvec shared memory");
+    c->nb = ck_matvec_plan(a, di.n_sm);
+    if (c->nb > BENCH_MAX_BLOCKS) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: %d blocks", c->nb);
+    return KILN_OK;
+}
+
+/* One launch from zeroed outputs; *hash: FNV-1a of everything it wrote (y, q, the K/V rows, the argmax). */
+static kiln_status bench_hash(bench_case *c, int out, uint64_t *hash) {
+    ck_matvec(c->a, c->nb, c->b.st);
+    kiln_status st = tb_finish(&c->b, NULL, NULL, 0);
+    const size_t n = (size_t)out * 4 > 2 * c->kv_bytes ? (size_t)out * 4 : 2 * c->kv_bytes;
+    uint8_t *h = (uint8_t *)kiln_malloc(n + 4);
+    if (st == KILN_OK && !h) st = kiln_fail(KILN_ERR_NOMEM, "cuda bench: out of memory");
+    uint64_t v = 0xCBF29CE484222325ull;
+    const void *src[4] = {c->dy, c->dq, c->dkv, c->arg_out};
+    const size_t len[4] = {(size_t)out * 4, (size_t)out * 4, 2 * c->kv_bytes, 4};
+    for (int i = 0; i < 4 && st == KILN_OK; i++) {
+        CU_TRY(cudaMemcpy(h, src[i], len[i], cudaMemcpyDeviceToHost), "bench copy");
+        v = fnv(v, h, len[i]);
+    }
+    kiln_free(h);
+    *hash = v;
+    return st;
+}
+
+#define BENCH_TRY(expr, what)                                         \
+    do {                                                              \
+        cudaError_t e_ = (expr);                                      \
+        if (e_ != cudaSuccess && st == KILN_OK) st = cuda_fail(e_, what); \
+    } while (0)
+
+/* n launches captured in one graph, replayed reps times after one warm replay: microseconds per launch. */
+static kiln_status bench_time(bench_case *c, int n, int reps, double *us) {
+    kiln_status st = KILN_OK;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    BENCH_TRY(cudaStreamBeginCapture(c->b.st, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < n && st == KILN_OK; i++) ck_matvec(c->a, c->nb, c->b.st);
+    if (st == KILN_OK) BENCH_TRY(cudaStreamEndCapture(c->b.st, &g), "end capture");
+    if (st == KILN_OK) BENCH_TRY(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    BENCH_TRY(cudaEventCreate(&e0), "event");
+    BENCH_TRY(cudaEventCreate(&e1), "event");
+    if (st == KILN_OK) {
+        BENCH_TRY(cudaGraphLaunch(ge, c->b.st), "replay");
+        BENCH_TRY(cudaEventRecord(e0, c->b.st), "event");
+        for (int r = 0; r < reps; r++) BENCH_TRY(cudaGraphLaunch(ge, c->b.st), "replay");
+        BENCH_TRY(cudaEventRecord(e1, c->b.st), "event");
+        BENCH_TRY(cudaStreamSynchronize(c->b.st), "replay");
+        float ms = 0.0f;
+        BENCH_TRY(cudaEventElapsedTime(&ms, e0, e1), "event time");
+        *us = 1e3 * (double)ms / ((double)reps * n);
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb) {
+    if (mb->nr != 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: %d rows (this build has 1)", mb->nr);
+    if (mb->n_launch < 1 || mb->reps < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: no launches");
+    if (mb->kind == KILN_MVB_QKV &&
+        (mb->out != mb->nq + 2 * mb->nk || mb->head_dim < 2 || mb->nq % mb->head_dim || mb->nk % mb->head_dim))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: qkv shape %d != %d + 2 * %d", mb->out, mb->nq, mb->nk);
+    bench_case c;
+    memset(&c, 0, sizeof c);
+    kiln_status st = bench_setup(mb, &c);
+    mb->blocks = c.nb;
+    ck_set_pdl(mb->pdl);
+    if (st == KILN_OK) st = bench_hash(&c, mb->out, &mb->hash);
+    if (st == KILN_OK) st = bench_time(&c, mb->n_launch, mb->reps, &mb->us);
+    ck_set_pdl(false);
+    tb_free(&c.b);
+    return st;
+}
