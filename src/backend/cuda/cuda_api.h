@@ -73,6 +73,28 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
 
+/* The decode matvec over nr input rows (1..8) with any epilogue (kind: KILN_MVB_*), as a continuous batch
+ * launches it. w: GGUF rows of `type` (out x in); SWIGLU: w = gate, w1 = up, y receives silu(gate) * up.
+ * x: nr x in; norm_w: RMSNorm weight (eps 1e-5) or NULL (plain input); y: nr x out (ADD: the residual in,
+ * the sum out). QKV: out = nq + 2 nk, RoPE (adjacent pairs, rope_freq: n_rot/2 inverse frequencies) of row r
+ * at pos[r], q into y row r (its first nq values), K and V appended to sequence seq[r]'s cache: kv receives
+ * both caches (K then V, n_seq x n_ctx x nk floats each, converted from the device's halves; zeros where
+ * nothing was written). LOGITS: y = logits, argmax[r] = each row's argmax. */
+typedef struct kiln_cuda_mv_rows {
+    uint32_t type;
+    const void *w, *w1;
+    int in, out, kind, nr;
+    const float *x, *norm_w;
+    float *y;
+    int nq, nk, head_dim, n_rot;   /* QKV */
+    const float *rope_freq;
+    const int *pos, *seq;
+    int n_seq, n_ctx;
+    float *kv;
+    int32_t *argmax;               /* LOGITS */
+} kiln_cuda_mv_rows;
+kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t);
+
 /* One decode matrix x vector timed alone (test-only microbenchmark): random weights of `type` (out rows of in
  * values; SWIGLU: two such matrices, gate and up), a fixed input, the epilogue of `kind` (QKV: out = nq + 2 nk
  * rows, heads of head_dim, RoPE at position 7 and the K/V append; LOGITS: the argmax too), nr rows of input.
