@@ -273,7 +273,9 @@ TEST(cuda_matvec_rows_match_reference_and_single_rows) {
 
 /* The decode matvec at the bench models' shapes, timed in a graph of back-to-back launches with PDL
  * (KILN_CUDA_MICROBENCH=1; timing printed, not asserted; KILN_CUDA_MICROBENCH_ROWS=n for n rows). Each line:
- * microseconds per launch, the weights' bandwidth, the grid and the hash of the outputs (to compare builds). */
+ * microseconds per launch with the weights read from HBM (with PDL, without) and from L2, the weights' bandwidth
+ * from HBM, the grid and the hash of the outputs (to compare builds). "floor" is a matvec with next to no work:
+ * what a launch in the chain costs by itself. */
 TEST(cuda_matvec_microbench) {
     if (!getenv("KILN_CUDA_MICROBENCH") || strcmp(getenv("KILN_CUDA_MICROBENCH"), "1") != 0) {
         test_skip("set KILN_CUDA_MICROBENCH=1 to time the matvec");
@@ -290,10 +292,11 @@ TEST(cuda_matvec_microbench) {
         {"smollm2 gate_up", 576, 1536, KILN_MVB_SWIGLU, 0, 0}, {"smollm2 down", 1536, 576, KILN_MVB_ADD, 0, 0},
         {"smollm2 logits", 576, 49152, KILN_MVB_LOGITS, 0, 0}, {"llama1b qkv", 2048, 3072, KILN_MVB_QKV, 2048, 512},
         {"llama1b o", 2048, 2048, KILN_MVB_ADD, 0, 0},         {"llama1b gate_up", 2048, 8192, KILN_MVB_SWIGLU, 0, 0},
-        {"llama1b down", 8192, 2048, KILN_MVB_ADD, 0, 0},
+        {"llama1b down", 8192, 2048, KILN_MVB_ADD, 0, 0},       {"floor 256x2", 256, 2, KILN_MVB_STORE, 0, 0},
     };
     const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K};
-    printf("  %-16s %-5s %2s %9s %9s %8s %6s %s\n", "shape", "type", "nr", "us", "us noPDL", "GB/s", "blocks", "hash");
+    printf("  %-16s %-5s %2s %8s %8s %8s %7s %6s %s\n", "shape", "type", "nr", "us HBM", "us noPDL", "us L2", "GB/s",
+           "blocks", "hash");
     for (size_t t = 0; t < 2; t++) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             if (shapes[i].in % (int)kiln_type_get(types[t])->block_size) continue;
@@ -306,8 +309,9 @@ TEST(cuda_matvec_microbench) {
             CHECK_OK(kiln_cuda_bench_matvec(&off));
             const double bytes = (double)kiln_row_bytes(types[t], (uint64_t)mb.in) * mb.out *
                                  (mb.kind == KILN_MVB_SWIGLU ? 2 : 1);
-            printf("  %-16s %-5s %2d %9.2f %9.2f %8.0f %6d %016llx\n", shapes[i].name, kiln_type_get(types[t])->name,
-                   nr, mb.us, off.us, bytes / (mb.us * 1e3), mb.blocks, (unsigned long long)mb.hash);
+            printf("  %-16s %-5s %2d %8.2f %8.2f %8.2f %7.0f %6d %016llx\n", shapes[i].name,
+                   kiln_type_get(types[t])->name, nr, mb.us, off.us, mb.us_l2, bytes / (mb.us * 1e3), mb.blocks,
+                   (unsigned long long)mb.hash);
             CHECKF(mb.hash == off.hash, "%s: outputs differ with and without PDL", shapes[i].name);
         }
     }

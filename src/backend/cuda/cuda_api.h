@@ -99,8 +99,9 @@ kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t);
  * values; SWIGLU: two such matrices, gate and up), a fixed input, the epilogue of `kind` (QKV: out = nq + 2 nk
  * rows, heads of head_dim, RoPE at position 7 and the K/V append; LOGITS: the argmax too), nr rows of input.
  * n_launch launches back to back (with programmatic dependent launch when pdl) are captured in one graph and
- * replayed reps times: us = microseconds per launch, blocks = the grid, hash = FNV-1a of every output of one
- * launch from zeroed outputs (to compare builds bit for bit). */
+ * replayed reps times: us_l2 = microseconds per launch on one copy of the weights (they stay in L2), us = the
+ * same cycling through n_copies copies of >= 192 MB in all (read from HBM, as in a decode step); blocks = the
+ * grid, hash = FNV-1a of every output of one launch from zeroed outputs (to compare builds bit for bit). */
 enum { KILN_MVB_STORE = 0, KILN_MVB_ADD, KILN_MVB_QKV, KILN_MVB_SWIGLU, KILN_MVB_LOGITS };
 typedef struct kiln_cuda_mv_bench {
     uint32_t type;
@@ -109,8 +110,8 @@ typedef struct kiln_cuda_mv_bench {
     int nr;                    /* rows of input (1..8) */
     int n_launch, reps;
     bool pdl;
-    double us;                 /* out */
-    int blocks;                /* out */
+    double us, us_l2;          /* out */
+    int blocks, n_copies;      /* out */
     uint64_t hash;             /* out */
 } kiln_cuda_mv_bench;
 kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);

@@ -35,6 +35,21 @@ static __device__ __forceinline__ void pdl_wait_then_trigger() {
 #endif
 }
 
+/* The two halves of pdl_wait_then_trigger, for a kernel that does independent work (its weight loads) first:
+ * launch_dependents only lets the next grid start launching (its own wait still waits for this grid to
+ * finish), so it may come before this grid's wait. */
+static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 static __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* ------------------------------------------------------------------ value decoding */
@@ -215,28 +230,28 @@ static __device__ __forceinline__ bool arg_better(float v, int i, float bv, int 
 
 /* ------------------------------------------------------------------ decode: matrix x vector */
 
-/* Pulls into L2 the weight rows that this block's warps will read in a matvec over `n_blocks` blocks:
- * up to max_iters of the block's pair groups, at most 16 KiB of each warp's stretch of a row. The weights
- * never depend on an earlier kernel or phase, so this may run before waiting for one. */
-static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int block, int n_blocks, int max_iters) {
+/* Pulls into L2 the weight rows that this warp will read for pair group pg (nothing past the last pair): at
+ * most 16 KiB of its stretch of each row. The weights never depend on an earlier kernel, so this may run
+ * before waiting for one. */
+static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int pg) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool dual = a.pair == MV_PAIR_DUAL;
     const int out = a.w0.out, n_pairs = dual ? out : (out + 1) >> 1;
     const int ks_n = a.ksplit, ppb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
     const long long rb = a.w0.row_bytes, b0 = rb * ks / ks_n, b1 = rb * (ks + 1) / ks_n;
-    const uint8_t *w0q = a.w0.q, *w1q = dual ? a.w1.q : a.w0.q;
-    int it = 0;
-    for (int pg = block; it < max_iters; pg += n_blocks, it++) {
-        const int p = pg * ppb + slot;
-        if (p >= n_pairs) break;
-        const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
-        const uint8_t *q0 = w0q + (long long)r0 * rb, *q1 = w1q + (long long)r1 * rb;
-        for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
-            prefetch_l2(q0 + off);
-            if (r1 < out) prefetch_l2(q1 + off);
-        }
+    const int p = pg * ppb + slot;
+    if (p >= n_pairs) return;
+    const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
+    const uint8_t *q0 = a.w0.q + (long long)r0 * rb, *q1 = (dual ? a.w1.q : a.w0.q) + (long long)r1 * rb;
+    for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
+        prefetch_l2(q0 + off);
+        if (r1 < out) prefetch_l2(q1 + off);
     }
 }
+
+/* Pair groups whose weights a warp pulls into L2 ahead of the one it computes (more bytes in flight for
+ * matrices with several groups per warp, such as the logits). */
+#define MV_AHEAD 4
 
 /* The number of input rows of a matvec (a.nr, read as 1 when unset), at most R. */
 template <int R> static __device__ __forceinline__ int mv_rows(const mv_args &a) {
@@ -403,7 +418,8 @@ static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block
 }
 
 /* One block's share of a decode matrix x nr vectors (nr = a.nr <= R) over `n_blocks` blocks (this is block
- * `block`): the weights' first rows are prefetched, the previous kernel is waited for (PDL), the prologue
+ * `block`): the weights' first rows are prefetched and the first step loaded before the previous kernel is
+ * waited for (PDL; the next kernel may launch from then on), the prologue
  * builds the inputs in xs (dynamic shared memory of ck_matvec_smem_rows(in, nr) bytes); then the block's
  * pairs of rows, every weight value loaded once and applied to all nr inputs, and the epilogue of a.epi per
  * input row. Every thread of the block (MV_THREADS) calls it. Row r's arithmetic is the same whatever nr and
@@ -444,10 +460,19 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         load16<T>(w1, r1c, 16 * uc, rb[k]);                         \
     }
 
-    /* the weights do not depend on the previous kernel: start pulling this warp's first rows into L2 */
-    matvec_prefetch(a, block, n_blocks, 1);
-    pdl_wait_then_trigger();
+    /* the weights do not depend on the previous kernel: before waiting for it, pull this warp's first
+     * MV_AHEAD pair groups into L2, let the next kernel launch, and load the first step into registers */
+    for (int i = 0; i < MV_AHEAD; i++) matvec_prefetch(a, block + i * n_blocks);
+    pdl_trigger();
+    raw16<T> ra[UN], rb[UN];
+    {
+        MV_ROWS_OF(block)
+        (void)valid;
+        if (ub + lane < ue) MV_LOAD_STEP(ub + lane, ra, rb)
+    }
+    pdl_wait();
     matvec_input<R>(a, NUP, xs, nred);
+    bool first = true; /* the step in ra, rb is the first one */
 
     float best_v[R];
     int best_i[R];
@@ -456,6 +481,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
 
     for (int pg = block; pg * ppb < n_pairs; pg += n_blocks) { /* the same trip count in every warp */
         MV_ROWS_OF(pg)
+        matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
         const bool has1 = r1 < out;
         const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
         float acc0[R], acc1[R], y0[R], y1[R];
@@ -494,8 +520,8 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         }                                                                       \
     }
         for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {
-            raw16<T> ra[UN], rb[UN];
-            MV_LOAD_STEP(u0, ra, rb)
+            if (!first) MV_LOAD_STEP(u0, ra, rb)
+            first = false;
             MV_DOT_STEP(u0, ra, rb)
         }
 #undef MV_DOT_STEP
