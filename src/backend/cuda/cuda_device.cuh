@@ -249,8 +249,7 @@ static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int pg)
     }
 }
 
-/* Pair groups whose weights a warp pulls into L2 ahead of the one it computes (more bytes in flight for
- * matrices with several groups per warp, such as the logits). */
+/* Pair groups whose weights a warp of a several-row matvec pulls into L2 ahead of the one it computes. */
 #define MV_AHEAD 4
 
 /* The number of input rows of a matvec (a.nr, read as 1 when unset), at most R. */
@@ -418,8 +417,8 @@ static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block
 }
 
 /* One block's share of a decode matrix x nr vectors (nr = a.nr <= R) over `n_blocks` blocks (this is block
- * `block`): the weights' first rows are prefetched and the first step loaded before the previous kernel is
- * waited for (PDL; the next kernel may launch from then on), the prologue
+ * `block`): the weights' first rows are prefetched before the previous kernel is waited for (PDL; several
+ * rows also load their first step and let the next kernel launch before that wait), the prologue
  * builds the inputs in xs (dynamic shared memory of ck_matvec_smem_rows(in, nr) bytes); then the block's
  * pairs of rows, every weight value loaded once and applied to all nr inputs, and the epilogue of a.epi per
  * input row. Every thread of the block (MV_THREADS) calls it. Row r's arithmetic is the same whatever nr and
@@ -460,19 +459,24 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         load16<T>(w1, r1c, 16 * uc, rb[k]);                         \
     }
 
-    /* the weights do not depend on the previous kernel: before waiting for it, pull this warp's first
-     * MV_AHEAD pair groups into L2, let the next kernel launch, and load the first step into registers */
-    for (int i = 0; i < MV_AHEAD; i++) matvec_prefetch(a, block + i * n_blocks);
-    pdl_trigger();
+    /* The weights do not depend on the previous kernel, so their first pair group is pulled into L2 before
+     * waiting for it. One row stops there (main's order): loading the first step into registers before the
+     * wait, with L2 prefetches MV_AHEAD groups ahead and the next kernel let launch first, measured 7-8% slower
+     * decode on llama-3.2-1b (bench/RESULTS.md). Several rows (measured correct that way) do all of it. */
+    constexpr bool EARLY = R > 1;
+    for (int i = 0; i < (EARLY ? MV_AHEAD : 1); i++) matvec_prefetch(a, block + i * n_blocks);
     raw16<T> ra[UN], rb[UN];
-    {
+    if constexpr (EARLY) {
+        pdl_trigger();
         MV_ROWS_OF(block)
         (void)valid;
         if (ub + lane < ue) MV_LOAD_STEP(ub + lane, ra, rb)
+        pdl_wait();
+    } else {
+        pdl_wait_then_trigger();
     }
-    pdl_wait();
     matvec_input<R>(a, NUP, xs, nred);
-    bool first = true; /* the step in ra, rb is the first one */
+    bool first = EARLY; /* the step in ra, rb is the first one */
 
     float best_v[R];
     int best_i[R];
@@ -481,7 +485,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
 
     for (int pg = block; pg * ppb < n_pairs; pg += n_blocks) { /* the same trip count in every warp */
         MV_ROWS_OF(pg)
-        matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
+        if (EARLY) matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
         const bool has1 = r1 < out;
         const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
         float acc0[R], acc1[R], y0[R], y1[R];
