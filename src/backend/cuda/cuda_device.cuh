@@ -266,6 +266,41 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
     const int in_pad = (in + 15) & ~15;
     const bool norm = a.in_mode == MV_IN_NORM;
+    if (R > 1 && (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
+        (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
+        /* several rows: the same 16-byte loads of every row in flight together (rows past nr read row nr - 1
+         * and are dropped), each row's sum of squares in the order of the one-row loop below */
+        const int in4 = in >> 2;
+        float ss[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) ss[r] = 0.0f;
+        for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
+            const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            float4 v[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) v[r] = __ldcg((const float4 *)(a.x + (long long)(r < nr ? r : nr - 1) * a.x_stride) + i4);
+            const int i = 4 * i4;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float *xr = xs + r * 16 * NUP;
+                if (r < nr) {
+#define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
+                    XS(i) = v[r].x * w.x, XS(i + 1) = v[r].y * w.y, XS(i + 2) = v[r].z * w.z, XS(i + 3) = v[r].w * w.w;
+#undef XS
+                }
+                ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (norm) ss[r] = warp_sum(ss[r]);
+            if (norm && lane == 0 && r < nr) nred[r][warp] = ss[r];
+            float *xr = xs + r * 16 * NUP;
+            for (int i = in + tid; r < nr && i < in_pad; i += MV_THREADS) xr[(i & 15) * NUP + (i >> 4)] = 0.0f;
+        }
+        __syncthreads();
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < R; r++) {
         if (r >= nr) break;
@@ -312,10 +347,11 @@ static __device__ __forceinline__ float matvec_scale(const mv_args &a, const flo
 }
 
 /* The epilogue of row r for the pair (r0, r1) (p: the pair's index; has1: r1 is a row) with its two dot
- * products d0, d1 (already scaled); y0, y1: the residual values (ADD); best_*: row r's running argmax. */
+ * products d0, d1 (already scaled); y0, y1: the residual values (ADD); pos, seq: row r's position and sequence
+ * (QKV); best_*: row r's running argmax. */
 static __device__ __forceinline__ void matvec_epilogue(const mv_args &a, int r, int r0, int r1, int p, bool has1,
-                                                       float d0, float d1, float y0, float y1, float &best_v,
-                                                       int &best_i) {
+                                                       float d0, float d1, float y0, float y1, int pos, int seq,
+                                                       float &best_v, int &best_i) {
     float *y = a.y + (long long)r * a.y_stride;
     switch (a.epi) {
     case MV_EPI_STORE:
@@ -330,8 +366,8 @@ static __device__ __forceinline__ void matvec_epilogue(const mv_args &a, int r, 
         y[p] = d0 / (1.0f + expf(-d0)) * d1;
         break;
     case MV_EPI_QKV: {
-        const int pos = a.pos[r], gr = a.row_offset + r0;
-        const long long kv_row = (a.seq ? (long long)a.seq[r] * a.seq_stride : 0) + (long long)pos * a.kv_dim;
+        const int gr = a.row_offset + r0;
+        const long long kv_row = (long long)seq * a.seq_stride + (long long)pos * a.kv_dim;
         if (gr < a.nq + a.nk) {
             const int i = (gr < a.nq ? gr : gr - a.nq) % a.head_dim;
             if (i < a.n_rot) {
@@ -507,9 +543,8 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         float v0[16], v1[16], s0, b0, s1, b1;                                   \
         convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
         convert16<T>(rb[k], 16 * uc, v1, s1, b1);                               \
-        _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
-            if (r >= nr) break;                                                 \
-            const float *xp = xs + r * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
+        _Pragma("unroll") for (int r = 0; r < R; r++) { /* rows past nr: dropped */ \
+            const float *xp = xs + (r < nr ? r : nr - 1) * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
             float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                              \
             _Pragma("unroll") for (int i = 0; i < 16; i++) {                   \
                 const float xv = xp[i * NUP];                                   \
@@ -530,8 +565,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         }
 #undef MV_DOT_STEP
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= nr) break;
+        for (int r = 0; r < R; r++) { /* every row without a branch, so that the rows' shuffles interleave */
             acc0[r] = warp_sum(acc0[r]);
             acc1[r] = warp_sum(acc1[r]);
         }
@@ -549,12 +583,19 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
             __syncthreads();
         }
         if (!lead) continue;
+        int pos[R], seq[R]; /* QKV: every row's position and sequence, loaded together */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bool qkv = a.epi == MV_EPI_QKV && r < nr;
+            pos[r] = qkv ? a.pos[r] : 0;
+            seq[r] = qkv && a.seq ? a.seq[r] : 0;
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= nr) break;
             const float scale = matvec_scale(a, nred[r]);
-            matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], best_v[r],
-                            best_i[r]);
+            matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], pos[r], seq[r],
+                            best_v[r], best_i[r]);
         }
     }
 #undef MV_ROWS_OF

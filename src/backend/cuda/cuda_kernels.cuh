@@ -48,7 +48,8 @@ struct dev_weight {
  * With nr = 0 or 1 (mv_base leaves it 0) it is the single-row call; strides are then unused.
  * Shared memory: ck_matvec_smem_rows(in, nr) bytes, so a session that launches nr rows raises the limit once
  * at open with ck_set_matvec_smem(ck_matvec_smem_rows(widest in, nr)); ck_matvec_max_rows says how many
- * rows fit. Grid: ck_matvec_plan (independent of nr). */
+ * rows fit. Grid: ck_matvec_plan (independent of nr). The weights must be complete before the launch (they are
+ * read before the kernel's PDL wait: several rows load their first step there, one row prefetches it to L2). */
 #define CK_MV_MAX_ROWS 8
 enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1 };
 enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
@@ -116,7 +117,8 @@ size_t ck_attention_smem(void);
  * thread (each session sets its own before launching); off by default. */
 void ck_set_pdl(bool on);
 
-/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; 2..CK_MV_MAX_ROWS rows: k_matvec<T, 8>). */
+/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows: k_matvec<T, R> for R = 2, 4 or 8, the
+ * smallest R >= nr). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 /* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
 int ck_matvec_plan(mv_args &a, int n_sm);
