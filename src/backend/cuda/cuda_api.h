@@ -72,6 +72,14 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
  * combining; n_tok must be 1), false the prefill path. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
+/* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
+ * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
+ * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
+ * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+                               const float *router, const void *gate, const void *up, const void *down,
+                               const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
+                               float *wts, float *y);
 
 #endif /* KILN_HAVE_CUDA */
 

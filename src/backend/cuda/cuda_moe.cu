@@ -282,13 +282,17 @@ static void *carve(uint8_t *base, size_t *off, size_t n) {
     return base ? base + o : NULL;
 }
 
-void cm_plan_scratch(moe_scratch *s, const kiln_model *m, int max_rows, uint8_t *base, size_t *off) {
-    memset(s, 0, sizeof *s);
+moe_dims cm_dims(const kiln_model *m) {
     const kiln_hparams *hp = &m->hp;
-    if (!hp->n_expert) return;
-    const size_t R = (size_t)max_rows, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used,
-                 F = (size_t)hp->n_ff_exp;
-    s->max_rows = max_rows, s->max_expert = hp->n_expert, s->max_used = hp->n_expert_used, s->max_ff = hp->n_ff_exp;
+    return moe_dims{hp->n_embd, hp->n_expert, hp->n_expert_used, hp->n_ff_exp};
+}
+
+void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, uint8_t *base, size_t *off) {
+    memset(s, 0, sizeof *s);
+    if (!d.n_expert) return;
+    const size_t R = (size_t)max_rows, E = (size_t)d.n_embd, X = (size_t)d.n_expert, K = (size_t)d.n_used,
+                 F = (size_t)d.n_ff;
+    s->max_rows = max_rows, s->max_expert = d.n_expert, s->max_used = d.n_used, s->max_ff = d.n_ff;
     s->xn = (float *)carve(base, off, R * E * 4);
     s->probs = (float *)carve(base, off, R * X * 4);
     s->ids = (int *)carve(base, off, R * K * 4);
@@ -301,11 +305,10 @@ void cm_plan_scratch(moe_scratch *s, const kiln_model *m, int max_rows, uint8_t 
 static size_t smem_in(int E) { return (size_t)xs_floats(E) * 4; }
 static size_t smem_down(int k, int F) { return (size_t)xs_floats(k * ((F + 15) & ~15)) * 4; }
 
-cudaError_t cm_setup(const kiln_model *m) {
-    const kiln_hparams *hp = &m->hp;
-    if (!hp->n_expert) return cudaSuccess;
-    if (hp->n_expert > MOE_MAX_EXPERT || hp->n_expert_used > MOE_MAX_USED) return cudaErrorInvalidValue;
-    const size_t si = smem_in(hp->n_embd), sd = smem_down(hp->n_expert_used, hp->n_ff_exp);
+cudaError_t cm_setup(moe_dims d) {
+    if (!d.n_expert) return cudaSuccess;
+    if (d.n_expert > MOE_MAX_EXPERT || d.n_used > MOE_MAX_USED) return cudaErrorInvalidValue;
+    const size_t si = smem_in(d.n_embd), sd = smem_down(d.n_used, d.n_ff);
     cudaError_t e = cudaSuccess;
 #define MOE_ATTR(T)                                                                                                   \
     if (e == cudaSuccess && si > 48 * 1024)                                                                           \

@@ -42,16 +42,23 @@ struct moe_scratch {
 /* A 3-D expert tensor (ne[2] matrices of ne[1] rows) as one 2-D weight of ne[1] * ne[2] rows, for the upload. */
 kiln_weight cm_flat(const kiln_weight *w);
 
-/* Carves the scratch for max_rows rows of the largest MoE layer of m (experts, used, expert FFN) from base at
- * *off (256-aligned); with base == NULL only sums. Nothing when m has no experts. */
-void cm_plan_scratch(moe_scratch *s, const kiln_model *m, int max_rows, uint8_t *base, size_t *off);
+/* The sizes of a model's MoE layers (n_expert 0: no MoE layer). */
+struct moe_dims {
+    int n_embd, n_expert, n_used, n_ff;
+};
+moe_dims cm_dims(const kiln_model *m);
 
-/* Every MoE kernel, for the eager load at open; and the shared-memory limit raised where a layer of m needs
- * more than 48 KiB (call once at open, after the kernels are loaded). */
+/* Carves the scratch for max_rows rows of MoE layers of dims d from base at *off (256-aligned); with
+ * base == NULL only sums. Nothing when d.n_expert is 0. */
+void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, uint8_t *base, size_t *off);
+
+/* Every MoE kernel, for the eager load at open; and the shared-memory limit raised where layers of dims d need
+ * more than 48 KiB (call once at open, after the kernels are loaded; cudaErrorInvalidValue beyond the limits
+ * of the kernels: 512 experts, 64 used). */
 int cm_kernel_count(void);
 const void *cm_kernel_at(int i);
 const char *cm_kernel_name(int i);
-cudaError_t cm_setup(const kiln_model *m);
+cudaError_t cm_setup(moe_dims d);
 
 /* x (n_rows, n_embd) += the MoE feed-forward of each row, with layer L's weights (n_rows <= s.max_rows).
  * Launches three kernels on st (capturable: no host synchronisation, nothing allocated), with programmatic
