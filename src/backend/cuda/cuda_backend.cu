@@ -12,8 +12,9 @@
  * argmax); logits come back only when asked for. The graph holds the decode kernels one by one, chained
  * by programmatic dependent launch (sm_90+). Any other batch (a prefill, rows
  * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
- * GEMMs over all rows, causal attention per run of one sequence's rows. The test entry points are in
- * cuda_testing.cu (test binaries only).
+ * GEMMs over all rows, causal attention per run of one sequence's rows. A mixture-of-experts layer's
+ * feed-forward (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in both paths.
+ * The test entry points are in cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
