@@ -93,12 +93,12 @@ static void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
         if (rec->kind == CUPTI_ACTIVITY_KIND_JIT) {
             count(CG_JIT, "activity:jit");
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_OVERHEAD) {
-            /* kind and overheadKind lead every version of the overhead record */
-            const CUpti_ActivityOverheadKind k = ((const CUpti_ActivityOverhead3 *)rec)->overheadKind;
-            if (k == CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING) count(CG_MODULE, "activity:lazy_function_loading");
-            else if (k == CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING)
-                count(CG_MODULE, "activity:runtime_triggered_module_loading");
-            else if (k == CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER) count(CG_JIT, "activity:driver_compiler");
+            /* kind and overheadKind lead every version of the overhead record (CUpti_ActivityOverhead, 2, 3);
+             * the kinds by value, as older CUPTI headers lack the names of the loading ones */
+            const struct { CUpti_ActivityKind kind; uint32_t overhead; } *o = (const void *)rec;
+            if (o->overhead == (5u << 16)) count(CG_MODULE, "activity:lazy_function_loading");
+            else if (o->overhead == (4u << 16)) count(CG_MODULE, "activity:runtime_triggered_module_loading");
+            else if (o->overhead == 1u) count(CG_JIT, "activity:driver_compiler");
         }
     }
     for (int i = 0; i < CG_BUFS; i++)
