@@ -30,7 +30,11 @@ static void count(int what, const char *name) {
     pthread_mutex_lock(&g_lock);
     int i = 0;
     while (i < g_n_names && strcmp(g_names[i].name, name)) i++;
-    if (i == g_n_names && g_n_names < CG_MAX_NAMES) snprintf(g_names[g_n_names++].name, sizeof g_names[0].name, "%s", name);
+    if (i == g_n_names && g_n_names < CG_MAX_NAMES) {
+        snprintf(g_names[i].name, sizeof g_names[i].name, "%s", name);
+        g_names[i].n = 0;
+        g_n_names++;
+    }
     if (i < g_n_names) g_names[i].n++;
     pthread_mutex_unlock(&g_lock);
 }

@@ -118,7 +118,7 @@ budget-cuda: kiln
 
 # each CUPTI gate red on its deliberate defect (tests/defects/*.patch, applied to scratch copies in /tmp)
 defects-cuda:
-	@KILN_SHARED=$(KILN_SHARED) sh tests/defects/demo.sh CUDA_ARCHS="$(CUDA_ARCHS)"
+	@KILN_SHARED=$(KILN_SHARED) sh tests/defects/demo.sh CUDA_ARCHS="$(CUDA_ARCHS)" EDIT_LDLIBS="$(EDIT_LDLIBS)"
 
 else
 $(info kiln: $(NVCC) found but not libcudart_static.a beside it, building without CUDA)
