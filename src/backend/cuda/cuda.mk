@@ -112,9 +112,10 @@ bench-cuda: kiln
 	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_bench.sh
 	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_budget.sh
 
-# the per-kernel budget of one decode step (ncu): smollm2-135m Q8_0 at context 512 unless MODEL / CTX are given
+# the per-kernel budget of one decode step (ncu): smollm2-135m Q8_0 at context 512 unless MODEL_BUDGET=file.gguf
+# and / or CTX=n are given
 budget-cuda: kiln
-	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_budget.sh $(MODEL_BUDGET) $(CTX)
+	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_budget.sh "$(MODEL_BUDGET)" "$(CTX)"
 
 # each CUPTI gate red on its deliberate defect (tests/defects/*.patch, applied to scratch copies in /tmp)
 defects-cuda:
