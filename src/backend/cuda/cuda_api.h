@@ -76,6 +76,13 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
 
+/* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
+ * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
+ * stays as it was for a spec of mode KILN_SPEC_NONE. */
+struct kiln_sample_spec;
+kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
+                                  int32_t *ids);
+
 #endif /* KILN_HAVE_CUDA */
 
 #ifdef __cplusplus
