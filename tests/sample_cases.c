@@ -55,3 +55,19 @@ int sample_case_mixes(sample_mix *m, int n_vocab) {
     return n;
 }
 
+
+double sample_case_chi2(const double *prob, const int *count, int n, int draws, int *df, double *limit, int *kept,
+                        double *support) {
+    double chi2 = 0.0, pool_e = 0.0, pool_o = 0.0;
+    *df = -1, *kept = 0, *support = 0.0;
+    for (int i = 0; i < n; i++) {
+        const double e = prob[i] * draws;
+        *kept += prob[i] > 0;
+        *support += prob[i];
+        if (e >= 5.0) { chi2 += (count[i] - e) * (count[i] - e) / e; (*df)++; }
+        else { pool_e += e; pool_o += count[i]; }
+    }
+    if (pool_e > 0.0) { chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5.0 ? pool_e : 5.0); (*df)++; }
+    *limit = *df + 6.0 * sqrt(2.0 * (*df > 1 ? *df : 1)) + 10.0;
+    return chi2;
+}

@@ -20,4 +20,9 @@ typedef struct sample_mix { const char *name; kiln_sampler_params p; } sample_mi
  * large top-k, top-k >= the vocabulary, penalties (also negative, also greedy). */
 int sample_case_mixes(sample_mix *m, int n_vocab);
 
+/* Chi-squared of count[0..n) (draws ids) against the distribution prob (bins expecting < 5 pooled), its
+ * degrees of freedom, the limit a correct sampler stays under (df + 6 sigma + 10), the support size and mass. */
+double sample_case_chi2(const double *prob, const int *count, int n, int draws, int *df, double *limit, int *kept,
+                        double *support);
+
 #endif

@@ -207,17 +207,9 @@ static void check_distribution(const char *name, const kiln_sampler_params *p, c
         if (id < 0 || id >= n || prob[id] == 0.0) outside++;
         else count[id]++;
     }
-    double chi2 = 0.0, pool_e = 0.0, pool_o = 0.0, support = 0.0;
-    int df = -1, kept = 0;
-    for (int i = 0; i < n; i++) {
-        const double e = prob[i] * draws;
-        kept += prob[i] > 0;
-        support += prob[i];
-        if (e >= 5.0) { chi2 += (count[i] - e) * (count[i] - e) / e; df++; }
-        else { pool_e += e; pool_o += count[i]; }
-    }
-    if (pool_e > 0.0) { chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5.0 ? pool_e : 5.0); df++; }
-    const double limit = df + 6.0 * sqrt(2.0 * (df > 1 ? df : 1)) + 10.0;
+    int df, kept;
+    double limit, support;
+    const double chi2 = sample_case_chi2(prob, count, n, draws, &df, &limit, &kept, &support);
     printf("    %-26s %5d kept  chi2 %8.1f  df %5d  limit %8.1f  (%.0f us per call)\n", name, kept, chi2, df, limit,
            (double)(kiln_now_ns() - t0) / 1e3 / draws);
     CHECKF(outside == 0, "%s: %d draws outside the reference's support", name, outside);
