@@ -111,6 +111,7 @@ typedef struct cuda_state {
     int *h_params, *h_ids, *h_argmax;
     float *h_logits;
     kiln_sample_spec *h_spec, *d_spec; /* max_out specs of the rows sampled on the device (pinned, device) */
+    int *d_sample_scratch;             /* max_out x n_vocab ids: the device sampler's candidates */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -375,6 +376,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->params = (int *)carve(base, off, 16);
     s->ids = (int *)carve(base, off, B * 4);
     s->d_spec = (kiln_sample_spec *)carve(base, off, (size_t)s->cfg.max_out * sizeof(kiln_sample_spec));
+    s->d_sample_scratch = (int *)carve(base, off, (size_t)s->cfg.max_out * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
     s->max_phases = 2 + 5 * hp->n_layer;
     s->phases = (pd_phase *)carve(base, off, (size_t)s->max_phases * sizeof(pd_phase));
@@ -736,11 +738,17 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
     return KILN_OK;
 }
 
-/* The one-row step's sample: the spec of h_spec[0] to the device, the sampler on the logits (a spec of mode
- * KILN_SPEC_NONE leaves arg_out to the argmax; else the drawn id replaces it). */
-static void launch_sample_one(cuda_state *s) {
+/* The one-row step's inputs: id and position, and the spec of h_spec[0] (copied before the step's kernels, off
+ * the path from the logits to the sampler). */
+static void copy_params_one(cuda_state *s) {
+    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
     cudaMemcpyAsync(s->d_spec, s->h_spec, sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
-    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->stream);
+}
+
+/* The one-row step's sample: a spec of mode KILN_SPEC_NONE leaves arg_out to the argmax, else the drawn id
+ * replaces it. */
+static void launch_sample_one(cuda_state *s) {
+    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
 }
 
 /* Puts row r's spec (or mode NONE) into h_spec[k]. */
@@ -753,7 +761,7 @@ static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
 static kiln_status capture_graph(cuda_state *s, int q) {
     s->cur_seq = q;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
-    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    copy_params_one(s);
     launch_decode_step(s);
     launch_sample_one(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
@@ -1041,7 +1049,7 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
         if (s->use_graph) {
             CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
         } else {
-            cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+            copy_params_one(s);
             launch_decode_step(s);
             launch_sample_one(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
@@ -1062,7 +1070,7 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
     for (int i = 0, k = 0; i < n; i++) {
         if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
         launch_logits(s, s->x + (size_t)i * s->E);
-        ck_sample(s->d_spec + k, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->stream);
+        ck_sample(s->d_spec + k, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
         cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         KILN_TRY(finish_output(s, b, k++, b->rows[i].out));
     }

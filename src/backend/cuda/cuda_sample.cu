@@ -70,32 +70,36 @@ __device__ __forceinline__ int key_id(u64 k) { return (int)(0xFFFFFFFFu - (unsig
 
 /* ---- the candidate set and the weights */
 
+/* The candidates: the ids with K >= kmin among all ids (list NULL: 0..cnt-1) or among list[0..cnt) (the ids an
+ * earlier cut kept, compacted into the row's scratch so that later passes read only those). */
 struct cset {
-    u64 kmin;      /* K >= kmin */
-    float vmin;    /* the lowest logit the set can hold (for the bins) */
-    bool minp;     /* and (float)(expf(l - mx) / zn) >= thr */
-    float thr;
-    double zn;
+    u64 kmin;
+    float vmin;        /* the lowest logit the set can hold (for the bins) */
+    const int *list;
+    int cnt;
 };
 
 struct wfn {
-    bool count;    /* weight 1 (top-k) */
-    float temp;    /* else the probability (float)(expf((l - mx) / temp) / z) in fixed point */
-    double z;
+    bool count;        /* weight 1 (top-k) */
+    float temp;        /* else the probability (float)(expf((l - mx) / temp) / z) in fixed point */
+    double zinv;       /* 1 / z */
 };
 
-__device__ __forceinline__ float prob(float l, float mx, float temp, double z) {
-    const float e = expf(__fdiv_rn(__fsub_rn(l, mx), temp));
-    return (float)((double)e / z);
+/* expf((l - mx) / temp), the CPU's term (no division at temperature 1, as in the CPU's cuts). */
+__device__ __forceinline__ float term(float l, float mx, float temp) {
+    float d = __fsub_rn(l, mx);
+    if (temp != 1.0f) d = __fdiv_rn(d, temp);
+    return expf(d);
 }
 
-__device__ __forceinline__ bool in_set(const cset &S, float mx, float l, u64 k) {
-    if (k < S.kmin) return false;
-    return !S.minp || prob(l, mx, 1.0f, S.zn) >= S.thr;
+/* The CPU's (float)(e / z), the division done as a product with 1 / z (the same float but where e / z lies
+ * within a double's rounding of a float's rounding boundary). */
+__device__ __forceinline__ float prob(float l, float mx, float temp, double zinv) {
+    return (float)((double)term(l, mx, temp) * zinv);
 }
 
 __device__ __forceinline__ u64 weight(const wfn &W, float mx, float l) {
-    return W.count ? 1ull : (u64)((double)prob(l, mx, W.temp, W.z) * FP_ONE);
+    return W.count ? 1ull : (u64)((double)prob(l, mx, W.temp, W.zinv) * FP_ONE);
 }
 
 __device__ __forceinline__ bool crosses(u64 cum, u64 target, bool strict) { return strict ? cum > target : cum >= target; }
@@ -175,30 +179,32 @@ __device__ u64 block_exscan_u64(u64 v, u64 *total, smem_t &sm) {
 /* ---- passes over the row */
 
 /* Sum over the set of (double)expf((l - mx) / temp), the CPU's float terms. */
-__device__ double set_exp_sum(const float *lg, int V, const cset &S, float mx, float temp, smem_t &sm) {
+__device__ double set_exp_sum(const float *lg, const cset &S, float mx, float temp, smem_t &sm) {
     double acc = 0.0;
-    for (int i = threadIdx.x; i < V; i += ST) {
+    for (int j = threadIdx.x; j < S.cnt; j += ST) {
+        const int i = S.list ? S.list[j] : j;
         const float l = clean(lg[i]);
-        if (in_set(S, mx, l, order_key(l, i))) acc += (double)expf(__fdiv_rn(__fsub_rn(l, mx), temp));
+        if (order_key(l, i) >= S.kmin) acc += (double)term(l, mx, temp);
     }
     return block_sum_d(acc, sm);
 }
 
 /* Appends the keys of the set's members with lo <= K <= hi (and bin `vb` of the value bins when vb >= 0) to
  * sm.gk (at most GCAP, which the caller's counts guarantee); returns their number. */
-__device__ int gather(const float *lg, int V, const cset &S, float mx, u64 lo, u64 hi, int vb, float vmax,
-                      float scale, smem_t &sm) {
+__device__ int gather(const float *lg, const cset &S, float mx, u64 lo, u64 hi, int vb, float vmax, float scale,
+                      smem_t &sm) {
     const int lane = threadIdx.x & 31;
     if (threadIdx.x == 0) sm.n_gather = 0;
     __syncthreads();
-    for (int i0 = threadIdx.x - lane; i0 < V; i0 += ST) {
-        const int i = i0 + lane;
+    for (int j0 = threadIdx.x - lane; j0 < S.cnt; j0 += ST) {
+        const int j = j0 + lane;
         bool q = false;
         u64 k = 0;
-        if (i < V) {
+        if (j < S.cnt) {
+            const int i = S.list ? S.list[j] : j;
             const float l = clean(lg[i]);
             k = order_key(l, i);
-            q = k >= lo && k <= hi && in_set(S, mx, l, k);
+            q = k >= lo && k <= hi && k >= S.kmin;
             if (q && vb >= 0) {
                 const float t = (vmax - l) * scale;
                 q = (t < (float)NBIN ? (int)t : NBIN - 1) == vb;
@@ -271,17 +277,18 @@ __device__ void cross_bins(u64 before, u64 cnt_before, u64 target, bool strict, 
 }
 
 /* The first candidate of S (K descending) at which the cumulative weight crosses target. */
-__device__ sel_out select_global(const float *lg, int V, const cset &S, const wfn &W, float mx, u64 target,
+__device__ sel_out select_global(const float *lg, const cset &S, const wfn &W, float mx, u64 target,
                                  bool strict, smem_t &sm) {
     /* 1. bins linear in the logit over [S.vmin, mx] */
     const float scale = mx > S.vmin ? (float)NBIN / (mx - S.vmin) : 0.0f;
     for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0;
     __syncthreads();
     u64 mine = 0;
-    for (int i = threadIdx.x; i < V; i += ST) {
+    for (int j = threadIdx.x; j < S.cnt; j += ST) {
+        const int i = S.list ? S.list[j] : j;
         const float l = clean(lg[i]);
         const u64 k = order_key(l, i);
-        if (!in_set(S, mx, l, k)) continue;
+        if (k < S.kmin) continue;
         const float tb = (mx - l) * scale;
         const int b = tb < (float)NBIN ? (int)tb : NBIN - 1;
         const u64 w = weight(W, mx, l);
@@ -298,16 +305,17 @@ __device__ sel_out select_global(const float *lg, int V, const cset &S, const wf
     u64 before = sm.c_w, cnt_before = sm.c_before, n = sm.hc[vb];
     __syncthreads();
     if (n <= GCAP) {
-        const int m = gather(lg, V, S, mx, 0, ~0ull, vb, mx, scale, sm);
+        const int m = gather(lg, S, mx, 0, ~0ull, vb, mx, scale, sm);
         rank_sort(m, sm);
         return cross_sorted(m, W, mx, before, cnt_before, target, strict, sm);
     }
     /* 2. the bin's K range, split 2048 ways until a piece is small (many equal logits) */
     u64 lo = ~0ull, hi = 0;
-    for (int i = threadIdx.x; i < V; i += ST) {
+    for (int j = threadIdx.x; j < S.cnt; j += ST) {
+        const int i = S.list ? S.list[j] : j;
         const float l = clean(lg[i]);
         const u64 k = order_key(l, i);
-        if (!in_set(S, mx, l, k)) continue;
+        if (k < S.kmin) continue;
         const float tb = (mx - l) * scale;
         if ((tb < (float)NBIN ? (int)tb : NBIN - 1) != vb) continue;
         lo = k < lo ? k : lo;
@@ -319,10 +327,11 @@ __device__ sel_out select_global(const float *lg, int V, const cset &S, const wf
         const u64 width = (hi - lo) / NBIN + 1;
         for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < V; i += ST) {
+        for (int j = threadIdx.x; j < S.cnt; j += ST) {
+            const int i = S.list ? S.list[j] : j;
             const float l = clean(lg[i]);
             const u64 k = order_key(l, i);
-            if (k < lo || k > hi || !in_set(S, mx, l, k)) continue;
+            if (k < lo || k > hi || k < S.kmin) continue;
             const int b = (int)((hi - k) / width);
             atomicAdd(&sm.hw[b], weight(W, mx, l));
             atomicAdd(&sm.hc[b], 1u);
@@ -336,7 +345,7 @@ __device__ sel_out select_global(const float *lg, int V, const cset &S, const wf
         hi = nhi, lo = nlo;
         __syncthreads();
         if (n <= GCAP) {
-            const int m = gather(lg, V, S, mx, lo, hi, -1, 0.0f, 0.0f, sm);
+            const int m = gather(lg, S, mx, lo, hi, -1, 0.0f, 0.0f, sm);
             rank_sort(m, sm);
             return cross_sorted(m, W, mx, before, cnt_before, target, strict, sm);
         }
@@ -347,22 +356,68 @@ __device__ sel_out select_global(const float *lg, int V, const cset &S, const wf
 
 __device__ double sorted_exp_sum(int n, float mx, float temp, smem_t &sm) {
     const int t = threadIdx.x;
-    const double e = t < n ? (double)expf(__fdiv_rn(__fsub_rn(key_value(sm.sk[t]), mx), temp)) : 0.0;
+    const double e = t < n ? (double)term(key_value(sm.sk[t]), mx, temp) : 0.0;
     return block_sum_d(e, sm);
 }
 
-/* How many leading candidates pass min-p (p >= thr; monotone along the order). */
-__device__ int sorted_min_p(int n, float mx, double zn, float thr, smem_t &sm) {
-    const int t = threadIdx.x;
-    const bool keep = t < n && prob(key_value(sm.sk[t]), mx, 1.0f, zn) >= thr;
-    return (int)block_sum_u64(keep ? 1ull : 0ull, sm);
-}
-
 /* Gathers the whole set S (at most GCAP members) sorted into sm.sk; returns its size. */
-__device__ int materialize(const float *lg, int V, const cset &S, float mx, smem_t &sm) {
-    const int m = gather(lg, V, S, mx, 0, ~0ull, -1, 0.0f, 0.0f, sm);
+__device__ int materialize(const float *lg, const cset &S, float mx, smem_t &sm) {
+    const int m = gather(lg, S, mx, 0, ~0ull, -1, 0.0f, 0.0f, sm);
     rank_sort(m, sm);
     return m;
+}
+
+/* How many of the sorted candidates have K >= kb (a prefix). */
+__device__ int sorted_at_least(int n, u64 kb, smem_t &sm) {
+    const int t = threadIdx.x;
+    return (int)block_sum_u64(t < n && sm.sk[t] >= kb ? 1ull : 0ull, sm);
+}
+
+/* min-p's cut as a key: the lowest logit whose p = (float)(expf(l - mx) / zn) reaches thr (p is monotone in
+ * the logit), found by bisection over the order-preserving bits between -inf (fails: thr > 0) and mx
+ * (passes: its p is 1 / zn >= thr); every candidate with that logit or more passes. */
+__device__ u64 min_p_key(float mx, double zinv, float thr, smem_t &sm) {
+    if (threadIdx.x == 0) {
+        unsigned lo = (unsigned)(order_key(-INFINITY, 0) >> 32), hi = (unsigned)(order_key(mx, 0) >> 32);
+        while (hi - lo > 1) {
+            const unsigned mid = lo + (hi - lo) / 2;
+            if (prob(key_value((u64)mid << 32), mx, 1.0f, zinv) >= thr) hi = mid;
+            else lo = mid;
+        }
+        sm.c_w = (u64)hi << 32;
+    }
+    __syncthreads();
+    const u64 k = sm.c_w;
+    __syncthreads();
+    return k;
+}
+
+/* Compacts the ids of S (from all ids) into the row's scratch; S then reads only those. */
+__device__ void compact(const float *lg, cset &S, int *scratch, smem_t &sm) {
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) sm.n_gather = 0;
+    __syncthreads();
+    for (int i0 = threadIdx.x - lane; i0 < S.cnt; i0 += ST) {
+        const int i = i0 + lane;
+        const bool q = i < S.cnt && order_key(clean(lg[i]), i) >= S.kmin;
+        const unsigned m = __ballot_sync(0xffffffffu, q);
+        int base = 0;
+        if (lane == 0 && m) base = atomicAdd(&sm.n_gather, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        if (q) scratch[base + __popc(m & ((1u << lane) - 1u))] = i;
+    }
+    __syncthreads();
+    S.list = scratch;
+    S.cnt = sm.n_gather;
+    __syncthreads();
+}
+
+/* After a cut that leaves `members` candidates (or an unknown number: > GCAP): a set of at most GCAP into shared
+ * memory (returns its size), a larger one compacted (once, from all ids; returns -1). */
+__device__ int narrow(const float *lg, cset &S, float mx, int *scratch, u64 members, smem_t &sm) {
+    if (members <= GCAP) return materialize(lg, S, mx, sm);
+    if (!S.list) compact(lg, S, scratch, sm);
+    return S.cnt <= GCAP ? materialize(lg, S, mx, sm) : -1;
 }
 
 /* ---- the kernel */
@@ -380,11 +435,12 @@ __device__ void apply_penalties(const kiln_sample_spec *sp, float *lg, int V) {
 }
 
 __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, float *logits, int V, size_t stride,
-                                               int *ids) {
+                                               int *ids, int *scratch) {
     __shared__ smem_t sm;
     const kiln_sample_spec *sp = &specs[blockIdx.x];
     if (sp->mode != KILN_SPEC_SAMPLE) return;
     float *lg = logits + (size_t)blockIdx.x * stride;
+    int *scr = scratch + (size_t)blockIdx.x * V;
     apply_penalties(sp, lg, V);
 
     /* the maximum (its key: the lowest id on ties) and the lowest finite logit */
@@ -403,51 +459,53 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
         if (threadIdx.x == 0) ids[blockIdx.x] = key_id(kmax);
         return;
     }
-    cset S = {0ull, fmin < mx ? fmin : mx, false, 0.0f, 1.0};
-    int n = -1; /* >= 0: S is sm.sk[0..n) */
+    cset S = {0ull, fmin < mx ? fmin : mx, nullptr, V};
+    int n = -1; /* >= 0: S is sm.sk[0..n), sorted */
     const bool top_k = sp->top_k > 0 && sp->top_k < V, top_p = sp->top_p < 1.0f, min_p = sp->min_p > 0.0f;
     if (top_k) {
         const wfn W = {true, 1.0f, 1.0};
-        const sel_out r = select_global(lg, V, S, W, mx, (u64)sp->top_k, false, sm);
+        const sel_out r = select_global(lg, S, W, mx, (u64)sp->top_k, false, sm);
         if (r.found) S.kmin = r.k, S.vmin = key_value(r.k);
-        if (sp->top_k <= GCAP) n = materialize(lg, V, S, mx, sm);
+        n = narrow(lg, S, mx, scr, (u64)sp->top_k, sm);
     }
     if (top_k || top_p || min_p) {
         /* the normalizer of top-p / min-p: over the top-k candidates, else over everything (1 without top-p) */
         double zn = 1.0;
-        if (top_k) zn = n >= 0 ? sorted_exp_sum(n, mx, 1.0f, sm) : set_exp_sum(lg, V, S, mx, 1.0f, sm);
-        else if (top_p) zn = set_exp_sum(lg, V, S, mx, 1.0f, sm);
+        if (top_k) zn = n >= 0 ? sorted_exp_sum(n, mx, 1.0f, sm) : set_exp_sum(lg, S, mx, 1.0f, sm);
+        else if (top_p) zn = set_exp_sum(lg, S, mx, 1.0f, sm);
+        const double zinv = 1.0 / zn;
+        /* min-p first (its cut is a key; top-p's walk over what it keeps ends where the CPU's min(top-p, min-p)
+         * does), so that top-p reads only the candidates min-p keeps */
+        if (min_p) {
+            const u64 kb = min_p_key(mx, zinv, __fmul_rn((float)zinv, sp->min_p), sm); /* the top p times min-p */
+            if (n >= 0) n = sorted_at_least(n, kb, sm);
+            else if (kb > S.kmin) {
+                S.kmin = kb, S.vmin = key_value(kb);
+                n = narrow(lg, S, mx, scr, ~0ull, sm);
+            }
+        }
         if (top_p) {
-            const wfn W = {false, 1.0f, zn};
+            const wfn W = {false, 1.0f, zinv};
             const u64 target = (u64)((double)sp->top_p * FP_ONE);
             if (n >= 0) {
                 const sel_out r = cross_sorted(n, W, mx, 0, 0, target, false, sm);
                 if (r.found) n = (int)r.n_incl;
             } else {
-                const sel_out r = select_global(lg, V, S, W, mx, target, false, sm);
+                const sel_out r = select_global(lg, S, W, mx, target, false, sm);
                 if (r.found) {
                     S.kmin = r.k, S.vmin = key_value(r.k);
-                    if (r.n_incl <= GCAP) n = materialize(lg, V, S, mx, sm);
+                    n = narrow(lg, S, mx, scr, r.n_incl, sm);
                 }
-            }
-        }
-        if (min_p) {
-            const float thr = __fmul_rn((float)(1.0 / zn), sp->min_p); /* the top candidate's p times min-p */
-            if (n >= 0) {
-                const int m = sorted_min_p(n, mx, zn, thr, sm);
-                n = m < n ? m : n;
-            } else {
-                S.minp = true, S.thr = thr, S.zn = zn;
             }
         }
     }
     /* the draw: softmax at the temperature over the set, the first candidate where the cumulative passes u */
-    const double z = n >= 0 ? sorted_exp_sum(n, mx, temp, sm) : set_exp_sum(lg, V, S, mx, temp, sm);
-    const wfn W = {false, temp, z};
+    const double z = n >= 0 ? sorted_exp_sum(n, mx, temp, sm) : set_exp_sum(lg, S, mx, temp, sm);
+    const wfn W = {false, temp, 1.0 / z};
     const u64 target = (u64)(sp->u * FP_ONE);
-    sel_out r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, target, true, sm) : select_global(lg, V, S, W, mx, target, true, sm);
+    sel_out r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, target, true, sm) : select_global(lg, S, W, mx, target, true, sm);
     if (!r.found && r.total > 0) /* u beyond the rounded total: the last candidate with weight, as the walk ends */
-        r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, r.total, false, sm) : select_global(lg, V, S, W, mx, r.total, false, sm);
+        r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, r.total, false, sm) : select_global(lg, S, W, mx, r.total, false, sm);
     if (threadIdx.x == 0) ids[blockIdx.x] = r.found ? key_id(r.k) : key_id(kmax);
 }
 
@@ -456,6 +514,6 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
 const void *ck_sample_kernel(void) { return (const void *)k_sample; }
 
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
-               cudaStream_t stream) {
-    if (n_rows > 0) k_sample<<<n_rows, ST, 0, stream>>>(specs, logits, n_vocab, stride, ids);
+               int *scratch, cudaStream_t stream) {
+    if (n_rows > 0) k_sample<<<n_rows, ST, 0, stream>>>(specs, logits, n_vocab, stride, ids, scratch);
 }

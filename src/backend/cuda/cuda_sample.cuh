@@ -19,9 +19,9 @@ const void *ck_sample_kernel(void);
 
 /* For each row r < n_rows whose specs[r].mode is KILN_SPEC_SAMPLE: applies the penalties to logits + r * stride
  * in place (n_vocab floats), then writes the chosen id to ids[r]; rows of mode KILN_SPEC_NONE are left alone
- * (ids[r] untouched). specs, logits and ids are device memory. An ordinary launch (no PDL): it starts after the
- * kernel before it has finished. */
+ * (ids[r] untouched). scratch: n_rows x n_vocab ints (the ids a cut keeps). specs, logits, ids and scratch are
+ * device memory. An ordinary launch (no PDL): it starts after the kernel before it has finished. */
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
-               cudaStream_t stream);
+               int *scratch, cudaStream_t stream);
 
 #endif

@@ -197,9 +197,10 @@ extern "C" kiln_status kiln_cuda_test_sample(const kiln_sample_spec *specs, int 
     kiln_sample_spec *ds = (kiln_sample_spec *)tb_alloc(&b, (size_t)n_rows * sizeof *specs, specs);
     float *dl = (float *)tb_alloc(&b, nl, logits);
     int *di = (int *)tb_alloc(&b, (size_t)n_rows * 4, ids);
-    if (!ds || !dl || !di) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    int *dscr = (int *)tb_alloc(&b, (size_t)n_rows * n_vocab * 4, NULL);
+    if (!ds || !dl || !di || !dscr) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
     if (st == KILN_OK) {
-        ck_sample(ds, dl, n_vocab, (size_t)n_vocab, n_rows, di, b.st);
+        ck_sample(ds, dl, n_vocab, (size_t)n_vocab, n_rows, di, dscr, b.st);
         st = tb_finish(&b, ids, di, (size_t)n_rows * 4);
     }
     tb_free(&b);
