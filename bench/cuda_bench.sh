@@ -5,7 +5,6 @@
 #      from an empty context (like llama-bench's tg128) and, for smollm2-135m, after 128..2048 prompt tokens
 #   3. fresh process -> first token of a 13-token prompt (smollm2-135m), wall time of 5 processes
 #   4. `kiln run --device cuda --rounds 2`: the first-call penalty
-#   (between 2 and 3: the decode paths side by side, through the GPU test binary's cuda_decode_paths_speed)
 # Everything goes to $KILN_BENCH_OUT (default bench/out); a summary table is printed last.
 set -u
 OUT=${KILN_BENCH_OUT:-bench/out}
@@ -63,14 +62,6 @@ for m in "$SMOL" "$L1Q8" "$L1Q4"; do
             "$(json_get "$OUT/tg-$name-$p.json" decode_tok_s)" | tee -a "$SUMMARY"
     done
 done
-
-# decode speed of the persistent kernel (1 and 2 blocks per SM) against the kernel-by-kernel graph, in one
-# process per model (the GPU test binary's timing test, when it is built)
-TESTS=${KILN_CUDA_TESTS:-build/cuda/kiln_tests_cuda}
-if [ -x "$TESTS" ]; then
-    KILN_TEST_VERBOSE=1 KILN_CUDA_BENCH_MODELS="$MODELS" "$TESTS" cuda_decode_paths_speed > "$OUT/decode_paths.log" 2>&1
-    grep 'us/token' "$OUT/decode_paths.log" | tee -a "$SUMMARY"
-fi
 
 PROMPT="The quick brown fox jumps over the lazy dog near the old river"
 if [ -f "$SMOL" ]; then

@@ -116,11 +116,8 @@ typedef struct kiln_session_options {
     kiln_device device;
     bool no_warm;     /* skip the warm pass (for measuring what it buys; never the default) */
     /* Experimental CUDA paths (ignored on the CPU; may change between versions):
-     * cuda_persistent: the decode step as one launch of the persistent kernel with at most 1 or 2 blocks per
-     * SM (0: kernel by kernel, the default; open falls back to it where the persistent kernel cannot run);
      * cuda_no_graph: launch the decode step's kernels eagerly instead of replaying the captured graph;
      * cuda_no_pdl: no programmatic dependent launch between kernels (sm_90+). */
-    int cuda_persistent;
     bool cuda_no_graph, cuda_no_pdl;
 } kiln_session_options;
 

@@ -351,10 +351,9 @@ TEST(cuda_graph_replay_bit_identical_to_eager) {
     kiln_backend_config cfg = {.n_ctx = 256, .max_batch = 64, .n_seq = 1, .max_out = 1, .n_threads = 1};
     const int V = m->hp.n_vocab, steps = 24;
     float *a = malloc(sizeof(float) * V * steps), *b = malloc(sizeof(float) * V * steps);
-    for (int persistent = 0; persistent < 2; persistent++) { /* the kernel graph, then the persistent kernel */
+    {
         kiln_phases ph = {0};
         void *sg;
-        cfg.cuda_persistent = persistent ? 2 : 0;
         REQUIRE_OK(cu->open(m, &cfg, &ph, &sg));
         for (int mode = 0; mode < 2; mode++) {
             float *dst = mode == 0 ? a : b;
@@ -367,8 +366,7 @@ TEST(cuda_graph_replay_bit_identical_to_eager) {
                 tok = test_argmax(dst + (size_t)s * V, V);
             }
         }
-        CHECKF(memcmp(a, b, sizeof(float) * V * steps) == 0, "graph replay and eager launches differ (persistent %d)",
-               persistent);
+        CHECKF(memcmp(a, b, sizeof(float) * V * steps) == 0, "graph replay and eager launches differ");
         cu->close(sg);
     }
     free(a), free(b);
@@ -413,10 +411,9 @@ TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
     if (!gpu_ready()) return;
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
-    for (int persistent = 0; persistent < 2; persistent++) { /* the kernel graph, then the persistent kernel */
+    {
         kiln_session *s;
-        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA,
-                                                                 .cuda_persistent = persistent ? 2 : 0}, &s));
+        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA}, &s));
         CHECK_STR(kiln_session_backend(s), "cuda");
         int32_t prompt[13] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
         const uint64_t heap0 = test_heap_calls();
@@ -431,9 +428,9 @@ TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
     const uint64_t heap = test_heap_calls() - heap0;
     kiln_stats st;
     kiln_session_stats(s, &st);
-    printf("  %s after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
+    printf("  after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
            "malloc calls in the process %llu\n",
-           persistent ? "persistent kernel" : "kernel graph", (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
+           (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
            (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures,
            (unsigned long long)st.jit_compiles, (unsigned long long)heap);
     CHECK_EQ_INT(st.host_allocs, 0);
@@ -467,153 +464,13 @@ TEST(cuda_open_reports_its_phases) {
     kiln_cuda_session_get_info(sg, &si);
     CHECK(si.n_kernels > 10);
     CHECK(si.file_weight_bytes > 0);
-    /* by default the decode step is the kernel graph (the persistent kernel is opt-in: it measured no
-     * faster); the persistent one is 3 graph nodes: id/pos in, the kernel, argmax out */
-    CHECKF(!si.persistent && strncmp(si.decode_path, "kernel graph", 12) == 0, "decode path: %s", si.decode_path);
+    /* the decode step is the kernel graph: the kernels of every layer, one node each */
+    CHECKF(strncmp(si.decode_path, "kernel graph", 12) == 0, "decode path: %s", si.decode_path);
     CHECK(si.graph_nodes > 5 * m->hp.n_layer);
-    kiln_backend_cuda()->close(sg);
-    cfg.cuda_persistent = 2;
-    REQUIRE_OK(kiln_backend_cuda()->open(m, &cfg, &ph, &sg));
-    kiln_cuda_session_info sp;
-    kiln_cuda_session_get_info(sg, &sp);
-    CHECKF(sp.persistent, "decode path asked persistent: %s", sp.decode_path);
-    CHECK(sp.graph_nodes == 3 && sp.persistent_phases == 2 + 5 * m->hp.n_layer && sp.persistent_grid > 0);
-    printf("  persistent: %s, %d graph nodes\n", sp.decode_path, sp.graph_nodes);
     printf("  arena %.1f MiB, upload %.2f GB/s, %d kernels, %d graph nodes, %d PDL edges; decode: %s\n",
            si.arena_bytes / 1048576.0, si.upload_gbps, si.n_kernels, si.graph_nodes, si.graph_pdl_edges, si.decode_path);
     kiln_backend_cuda()->close(sg);
     kiln_model_close(m);
-}
-
-/* ---- the persistent decode kernel against the kernel-by-kernel path */
-
-/* Opens m on CUDA with the persistent kernel at bps blocks per SM (0: kernel by kernel), prefills n_prompt
- * tokens and decodes `steps` greedy steps from position n_prompt; each step's logits into logits (steps x V,
- * may be NULL: argmax only) and its pick into ids; the median of `reps` timed runs of the steps (all from
- * position n_prompt) into *us_per_step. */
-static bool decode_with(kiln_model *m, int bps, int n_ctx, int n_prompt, int steps, int reps, float *logits,
-                        int32_t *ids, double *us_per_step, kiln_cuda_session_info *si) {
-    const kiln_backend_ops *cu = kiln_backend_cuda();
-    kiln_backend_config cfg = {.n_ctx = n_ctx, .max_batch = n_prompt, .n_seq = 1, .max_out = 1, .n_threads = 1,
-                               .cuda_persistent = bps};
-    kiln_phases ph = {0};
-    void *sg = NULL;
-    const kiln_status st = cu->open(m, &cfg, &ph, &sg);
-    CHECK_OK(st);
-    if (st != KILN_OK) return false;
-    kiln_cuda_session_get_info(sg, si);
-    const int V = m->hp.n_vocab;
-    int32_t *prompt = malloc(sizeof(int32_t) * n_prompt);
-    double *t = malloc(sizeof(double) * reps);
-    bool ok = prompt && t;
-    for (int i = 0; ok && i < n_prompt; i++) prompt[i] = i == 0 ? 1 : (int32_t)((i * 7919) % V);
-    for (int r = 0; ok && r < reps; r++) {
-        int32_t tok;
-        ok = bk_forward(cu, sg, m, prompt, n_prompt, 0, NULL, &tok) == KILN_OK;
-        const uint64_t t0 = kiln_now_ns();
-        for (int s = 0; ok && s < steps; s++) {
-            int32_t pick = -1;
-            ok = bk_forward(cu, sg, m, &tok, 1, n_prompt + s, r == 0 && logits ? logits + (size_t)s * V : NULL, &pick) == KILN_OK;
-            if (r == 0) ids[s] = pick;
-            tok = pick;
-        }
-        t[r] = (kiln_now_ns() - t0) / 1e3 / steps;
-    }
-    CHECKF(ok, "decode with %d blocks per SM failed", bps);
-    if (ok) { /* median */
-        for (int i = 1; i < reps; i++)
-            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-                const double x = t[j];
-                t[j] = t[j - 1], t[j - 1] = x;
-            }
-        *us_per_step = t[reps / 2];
-    }
-    free(prompt), free(t);
-    cu->close(sg);
-    return ok;
-}
-
-/* The persistent kernel (1 and 2 blocks per SM) computes what the kernel-by-kernel path computes: the same
- * greedy ids and logits with cosine >= 0.99999 at every step (the same device functions with the same
- * split of every dot product; printed: whether they are bit-identical), on a grouped-query model with
- * K-quant-free Q8_0 weights and F16 ffn_down, and on stories260K (F32, head_dim 8). */
-TEST(cuda_persistent_decode_matches_kernel_path) {
-    if (!gpu_ready()) return;
-    static const char *files[] = {"models/tinystories-656K/TinyStories-656K-Q8_0.gguf",
-                                  "models/stories260K/stories260K.gguf"};
-    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        kiln_model *m;
-        REQUIRE_OK(kiln_model_open(test_shared(files[f]), &m));
-        const int V = m->hp.n_vocab, steps = 40;
-        float *lg[3];
-        int32_t ids[3][40];
-        double us[3];
-        for (int bps = 0; bps < 3; bps++) {
-            lg[bps] = malloc(sizeof(float) * V * steps);
-            kiln_cuda_session_info si;
-            REQUIRE(decode_with(m, bps, 128, 7, steps, 3, lg[bps], ids[bps], &us[bps], &si));
-            CHECKF(si.persistent == (bps > 0), "%d blocks per SM: decode path %s", bps, si.decode_path);
-            if (bps) CHECK(si.persistent_grid > 0 && si.persistent_phases == 2 + 5 * m->hp.n_layer);
-        }
-        for (int bps = 1; bps < 3; bps++) {
-            double worst = 1.0, max_diff = 0.0;
-            for (int s = 0; s < steps; s++) {
-                const float *a = lg[0] + (size_t)s * V, *b = lg[bps] + (size_t)s * V;
-                const double cs = test_cosine(a, b, V);
-                worst = cs < worst ? cs : worst;
-                for (int i = 0; i < V; i++) max_diff = fmax(max_diff, fabs((double)a[i] - b[i]));
-                CHECKF(ids[bps][s] == ids[0][s], "%s step %d: persistent (%d/SM) picks %d, kernel path %d", files[f], s,
-                       bps, ids[bps][s], ids[0][s]);
-            }
-            CHECKF(worst >= 0.99999, "%s: persistent (%d/SM) vs kernel path: worst cosine %.7f", files[f], bps, worst);
-            printf("  %s: persistent %d/SM vs kernel path over %d steps: worst cosine %.8f, max |diff| %.3g%s; "
-                   "step %.1f us vs %.1f us\n", files[f], bps, steps, worst, max_diff,
-                   memcmp(lg[0], lg[bps], sizeof(float) * V * steps) == 0 ? " (bit-identical)" : "", us[bps], us[0]);
-        }
-        for (int bps = 0; bps < 3; bps++) free(lg[bps]);
-        kiln_model_close(m);
-    }
-}
-
-/* Decode speed of the two paths on the benchmark models (bench/cuda_bench.sh makes them and points
- * KILN_CUDA_BENCH_MODELS at their folder; skipped otherwise): a 512-token prompt, then 128 greedy steps at
- * positions 512..639, median of 5; the greedy ids of the paths compared (random-weight models have
- * near-ties, so they are printed, not checked). */
-TEST(cuda_decode_paths_speed_on_bench_models) {
-    if (!gpu_ready()) return;
-    const char *dir = getenv("KILN_CUDA_BENCH_MODELS");
-    if (!dir || !*dir) {
-        test_skip("KILN_CUDA_BENCH_MODELS not set (bench/cuda_bench.sh sets it)");
-        return;
-    }
-    static const char *names[] = {"smollm2-135m-q8_0.gguf", "llama-3.2-1b-q8_0.gguf", "llama-3.2-1b-q4_K.gguf"};
-    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
-        char path[1024];
-        struct stat stt;
-        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
-        if (stat(path, &stt) != 0) {
-            printf("  %s: missing, skipped\n", path);
-            continue;
-        }
-        kiln_model *m;
-        REQUIRE_OK(kiln_model_open(path, &m));
-        int32_t ids[3][128];
-        double us[3] = {0, 0, 0};
-        char paths[3][96] = {"", "", ""};
-        memset(ids, 0xff, sizeof ids);
-        for (int bps = 0; bps < 3; bps++) {
-            kiln_cuda_session_info si;
-            if (!decode_with(m, bps, 1024, 512, 128, 5, NULL, ids[bps], &us[bps], &si)) break;
-            snprintf(paths[bps], sizeof paths[bps], "%s", si.decode_path);
-        }
-        for (int bps = 0; bps < 3; bps++) {
-            int same = 0;
-            while (same < 128 && ids[bps][same] == ids[0][same]) same++;
-            printf("  %-24s %-48s %8.1f us/token %8.0f tok/s  (ids equal to the kernel path's: first %d of 128)\n",
-                   names[f], paths[bps], us[bps], 1e6 / us[bps], same);
-        }
-        kiln_model_close(m);
-    }
 }
 
 #else

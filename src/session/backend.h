@@ -22,7 +22,6 @@ typedef struct kiln_backend_config {
     int max_out;     /* most output rows of one forward call (min(n_seq, max_batch) or more) */
     int n_threads;   /* CPU threads */
     /* CUDA, experimental (kiln_session_options' cuda_* fields) */
-    int cuda_persistent;   /* persistent decode kernel, blocks per SM (0: off, 1 or 2) */
     bool cuda_no_graph, cuda_no_pdl;
 } kiln_backend_config;
 

@@ -102,9 +102,6 @@ static kiln_status resolve_options(const kiln_model *m, const kiln_session_optio
     if (o->max_batch < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_session_open: max_batch %d < 0", o->max_batch);
     if (o->n_seq < 0 || o->n_seq > MAX_SEQ)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_session_open: n_seq %d out of range 1..%d", o->n_seq, MAX_SEQ);
-    if (o->cuda_persistent < 0 || o->cuda_persistent > 2)
-        return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_session_open: cuda_persistent %d out of range 0..2",
-                         o->cuda_persistent);
     if (o->device != KILN_DEVICE_AUTO && o->device != KILN_DEVICE_CPU && o->device != KILN_DEVICE_CUDA)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_session_open: unknown device %d", (int)o->device);
     if (o->n_ctx == 0) o->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
@@ -149,7 +146,7 @@ kiln_status kiln_session_open_ops(kiln_model *m, const kiln_session_options *opt
     s->cfg = (kiln_backend_config){
         .n_ctx = o.n_ctx, .max_batch = o.max_batch, .n_seq = o.n_seq,
         .max_out = o.n_seq < o.max_batch ? o.n_seq : o.max_batch, .n_threads = o.n_threads,
-        .cuda_persistent = o.cuda_persistent, .cuda_no_graph = o.cuda_no_graph, .cuda_no_pdl = o.cuda_no_pdl,
+        .cuda_no_graph = o.cuda_no_graph, .cuda_no_pdl = o.cuda_no_pdl,
     };
     s->phases = m->phases;
     kiln_status st = alloc_buffers(s);

@@ -48,14 +48,11 @@ typedef struct kiln_cuda_session_info {
     int n_kernels;             /* kernels loaded at open */
     int graph_nodes;           /* nodes (kernels and copies) in the decode graph */
     int graph_pdl_edges;       /* its programmatic-dependent-launch edges */
-    bool persistent;           /* the decode step is one launch of the persistent kernel */
-    int persistent_grid;       /* its blocks (all resident), 0 when not persistent */
-    int persistent_phases;     /* its phases (grid barriers + 1) */
-    char decode_path[96];      /* e.g. "persistent kernel (264 blocks, 122 phases)" or "kernel graph (why)" */
+    char decode_path[96];      /* e.g. "kernel graph (PDL)" */
 } kiln_cuda_session_info;
 void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *out);
 
-/* (PDL and the persistent kernel are session options: kiln_session_options.cuda_no_pdl, cuda_persistent;
+/* (PDL is a session option: kiln_session_options.cuda_no_pdl;
  * for a backend opened directly, the same fields of kiln_backend_config.) */
 
 /* Decode through the captured graph (default) or by launching the same kernels eagerly, for an open

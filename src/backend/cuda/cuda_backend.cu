@@ -8,10 +8,10 @@
  * token id and position from device memory, and a device warm pass. After open nothing is allocated,
  * loaded or captured.
  *
- * Decode (one row): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
- * argmax); logits come back only when asked for. The graph holds either the decode kernels one by one
- * (the default) or, with the session option cuda_persistent = 1 or 2, one launch of the persistent kernel
- * (cuda_decode_persistent.cu) over the same steps listed as phases at open. Any other batch (a prefill, rows
+ * Decode (one row): one graph replay (host->device copy of id/pos and the row's sampling spec, the kernels,
+ * the device sampler of cuda_sample.cu, device->host copy of the argmax or the sampled id); logits come back
+ * only when asked for. The graph holds the decode kernels one by one, chained by programmatic dependent
+ * launch (sm_90+); a row that is not sampled runs the sampler with a spec of mode NONE (it returns at once). Any other batch (a prefill, rows
  * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
  * GEMMs over all rows, causal attention per run of one sequence's rows. The test entry points are in
  * cuda_testing.cu (test binaries only).
@@ -75,12 +75,6 @@ typedef struct cuda_state {
     bool pdl;           /* programmatic dependent launch for this session's kernels */
     int graph_nodes, graph_pdl_edges;
 
-    /* the persistent decode kernel (cuda_decode_persistent.cu), when chosen at open */
-    bool persistent;
-    int p_bps, p_grid, n_phases, max_phases;
-    size_t p_smem;
-    pd_phase *phases;   /* device: the decode step's phases */
-    unsigned *p_sync;   /* device: its phase counters (ck_persistent_sync_bytes) */
     char decode_path[96];
 
     uint8_t *arena;
@@ -378,9 +372,6 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->d_spec = (kiln_sample_spec *)carve(base, off, (size_t)s->cfg.max_out * sizeof(kiln_sample_spec));
     s->d_sample_scratch = (int *)carve(base, off, (size_t)s->cfg.max_out * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
-    s->max_phases = 2 + 5 * hp->n_layer;
-    s->phases = (pd_phase *)carve(base, off, (size_t)s->max_phases * sizeof(pd_phase));
-    s->p_sync = (unsigned *)carve(base, off, ck_persistent_sync_bytes(s->max_phases));
 }
 
 /* ------------------------------------------------------------------ forward pieces */
@@ -416,8 +407,7 @@ static size_t kv_offset(const cuda_state *s, int il) {
     return ((size_t)s->cur_seq * s->m->hp.n_layer + (size_t)il) * s->cfg.n_ctx * s->KV;
 }
 
-/* ---- the decode step's pieces for layer il: the per-kernel path launches them, the persistent path lists
- * them as phases */
+/* ---- the decode step's pieces for layer il */
 
 /* RMSNorm + QKV (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
 static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset) {
@@ -544,104 +534,6 @@ static void launch_decode(cuda_state *s) {
     launch_logits(s, s->x);
 }
 
-/* The same step as phases of the persistent kernel (every layer qkv_fused and gu_dual); returns how many. */
-static int build_phases(cuda_state *s, pd_phase *ph) {
-    const kiln_hparams *hp = &s->m->hp;
-    int n = 0;
-    memset(ph, 0, (size_t)s->max_phases * sizeof *ph);
-    ph[n].kind = PD_EMBED;
-    ph[n].emb = s->tok_embd;
-    ph[n].emb_id = s->params;
-    ph[n].emb_x = s->x;
-    ph[n].n_blocks = ((s->E + 15) / 16 + 255) / 256;
-    n++;
-    /* a matvec phase: the per-kernel plan's warp split and blocks, at most the grid */
-    auto mv = [&](mv_args a) {
-        const int nb = mv_blocks(s, a);
-        ph[n].kind = PD_MATVEC;
-        ph[n].mv = a;
-        ph[n].n_blocks = nb < s->p_grid ? nb : s->p_grid;
-        n++;
-    };
-    for (int il = 0; il < hp->n_layer; il++) {
-        const cu_layer *L = &s->layers[il];
-        mv(dec_qkv(s, il, L->wqkv, 0));
-        ph[n].kind = PD_ATTN;
-        ph[n].at = dec_attn(s, il);
-        ph[n].n_blocks = s->p_grid;
-        n++;
-        mv(dec_residual(L->wo, s->attn_f, s->x));
-        mv(dec_gate_up(s, il));
-#ifdef KILN_CUDA_BREAK_PERSISTENT
-        /* never in a real build: the down projection overwrites the residual instead of adding to it, to
-         * show the persistent-vs-kernel-path test failing */
-        mv_args broken = dec_residual(L->wd, s->hvec, s->x);
-        broken.epi = MV_EPI_STORE;
-        mv(broken);
-        continue;
-#endif
-        mv(dec_residual(L->wd, s->hvec, s->x));
-    }
-    mv(logits_args(s, s->x));
-    return n;
-}
-
-/* Chooses the persistent decode kernel when it can run here (cfg.cuda_persistent not 0, every layer's
- * Q/K/V and gate/up of one type, cooperative launch, at least one block per SM) and uploads its phases;
- * otherwise the decode step stays kernel by kernel. Says which in decode_path. */
-static kiln_status setup_persistent(cuda_state *s) {
-    const kiln_hparams *hp = &s->m->hp;
-    s->persistent = false;
-    int bps = s->cfg.cuda_persistent;
-    const char *why = NULL;
-    int coop = 0;
-    if (bps <= 0) why = "persistent kernel off";
-    for (int il = 0; !why && il < hp->n_layer; il++)
-        if (!s->layers[il].qkv_fused || !s->layers[il].gu_dual) why = "Q/K/V or gate/up of different types";
-    if (!why && s->qkv_post) why = "Q/K/V biases, Q/K norm or NEOX RoPE";
-    if (!why && s->cfg.n_seq > 1) why = "n_seq > 1";
-    if (!why && (cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0) != cudaSuccess || !coop))
-        why = "no cooperative launch";
-    if (!why) {
-        if (hp->n_head > 4 * hp->n_head_kv) bps = 1; /* larger head groups: the one-block-per-SM build */
-        const int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
-        const size_t mv_smem = ck_matvec_smem(widest > s->Q ? widest : s->Q), att_smem = ck_attention_smem();
-        s->p_smem = mv_smem > att_smem ? mv_smem : att_smem;
-        int fit = 0;
-        if (ck_persistent_setup(bps, s->p_smem, &fit) != cudaSuccess || fit < 1) {
-            (void)cudaGetLastError();
-            why = "persistent kernel does not fit";
-        } else {
-            s->p_bps = bps;
-            s->p_grid = s->n_sm * (fit < bps ? fit : bps);
-        }
-    }
-    if (why) {
-        snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", why);
-        return KILN_OK;
-    }
-    int i;
-    KILN_TRY(stage_next(s, &i));
-    if ((size_t)s->max_phases * sizeof(pd_phase) > STAGE_BYTES)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d decode phases do not fit the staging buffer", s->max_phases);
-    s->n_phases = build_phases(s, (pd_phase *)s->h_stage[i]);
-    KILN_ASSERT(s->n_phases <= s->max_phases);
-    CU_TRY(cudaMemcpyAsync(s->phases, s->h_stage[i], (size_t)s->n_phases * sizeof(pd_phase), cudaMemcpyHostToDevice,
-                           s->stream), "decode phases upload");
-    CU_TRY(cudaEventRecord(s->stage_ev[i], s->stream), "upload: event");
-    CU_TRY(cudaStreamSynchronize(s->stream), "decode phases upload");
-    s->persistent = true;
-    snprintf(s->decode_path, sizeof s->decode_path, "persistent kernel (%d blocks, %d phases)", s->p_grid, s->n_phases);
-    return KILN_OK;
-}
-
-/* The decode step: one launch of the persistent kernel, or kernel by kernel. */
-static void launch_decode_step(cuda_state *s) {
-    if (s->persistent)
-        ck_persistent_launch(s->p_bps, s->phases, s->n_phases, s->p_sync, s->p_grid, s->p_smem, s->stream);
-    else
-        launch_decode(s);
-}
 
 /* Q/K/V post-processing (RoPE, and what the blocks ask for) and attention of rows [r0, r0 + n) of layer il,
  * which are consecutive positions pos0.. of sequence s->cur_seq. */
@@ -762,7 +654,7 @@ static kiln_status capture_graph(cuda_state *s, int q) {
     s->cur_seq = q;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
     copy_params_one(s);
-    launch_decode_step(s);
+    launch_decode(s);
     launch_sample_one(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
     cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[q]);
@@ -917,7 +809,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         }
         /* the staging area overlaps the scratch: clear it, then the RoPE frequencies (as the CPU computes them),
          * with the model's frequency divisors (rope_freqs) and linear scaling folded in: every RoPE site
-         * (prefill, decode graph, persistent kernel) computes theta = pos * rope_freq[i] */
+         * (prefill, decode graph) computes theta = pos * rope_freq[i] */
         OPEN_CU(cudaMemsetAsync(s->arena + s->scratch_off, 0, s->arena_bytes - s->scratch_off, s->stream), "memset");
         int i;
         OPEN_TRY(stage_next(s, &i));
@@ -954,26 +846,16 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         }
         const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
-        OPEN_TRY(setup_persistent(s));
+        snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
     }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
 
-    /* ---- the decode graph (kernel by kernel when the persistent kernel cannot be captured) */
+    /* ---- the decode graphs */
     t0 = kiln_now_ns();
     s->graphs = (cudaGraph_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->graphs);
     s->gexecs = (cudaGraphExec_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->gexecs);
     if (!s->graphs || !s->gexecs) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory for %d graphs", cfg->n_seq));
     st = capture_graphs(s);
-    if (st != KILN_OK && s->persistent) { /* persistent means n_seq == 1: graph 0 only */
-        KILN_WARN("cuda: %s; decoding kernel by kernel", kiln_last_error());
-        (void)cudaGetLastError();
-        if (s->gexecs[0]) cudaGraphExecDestroy(s->gexecs[0]), s->gexecs[0] = NULL;
-        if (s->graphs[0]) cudaGraphDestroy(s->graphs[0]), s->graphs[0] = NULL;
-        s->persistent = false;
-        snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (persistent kernel not capturable)");
-        s->graph_nodes = s->graph_pdl_edges = 0;
-        st = capture_graph(s, 0);
-    }
     if (st != KILN_OK) goto fail;
     kiln_phases_add(ph, "open.graphs", kiln_now_ns() - t0);
 
@@ -1050,7 +932,7 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
             CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
         } else {
             copy_params_one(s);
-            launch_decode_step(s);
+            launch_decode(s);
             launch_sample_one(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
@@ -1108,8 +990,5 @@ extern "C" void kiln_cuda_session_get_info(void *state, kiln_cuda_session_info *
     out->n_kernels = s->n_kernels;
     out->graph_nodes = s->graph_nodes;
     out->graph_pdl_edges = s->graph_pdl_edges;
-    out->persistent = s->persistent;
-    out->persistent_grid = s->persistent ? s->p_grid : 0;
-    out->persistent_phases = s->persistent ? s->n_phases : 0;
     snprintf(out->decode_path, sizeof out->decode_path, "%s", s->decode_path);
 }

@@ -1,6 +1,6 @@
 /*
- * cuda_device.cuh — the device-side building blocks shared by the kernels of cuda_kernels.cu and the
- * persistent decode kernel of cuda_decode_persistent.cu (each .cu compiles its own copy; no device linking):
+ * cuda_device.cuh — the device-side building blocks of the kernels (each .cu that includes it compiles its
+ * own copy; no device linking):
  *   load16/convert16/dequant16<T>  16 values of a weight row, for every device weight type
  *   warp_sum, warp_max, block_sum, arg_better   reductions
  *   matvec_prefetch, matvec_block<T>   one block's share of a decode matrix x vector (prologue: input copy or
@@ -240,7 +240,7 @@ static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int blo
 /* One block's share of a decode matrix x vector over `n_blocks` blocks (this is block `block`): the prologue
  * builds the input in xs (dynamic shared memory of ck_matvec_smem(in) bytes), copied or RMSNorm'ed; then
  * the block's pairs of rows, and the epilogue of a.epi. Every thread of the block (MV_THREADS) calls it.
- * Activations are read with L2-coherent loads: in the persistent decode kernel other blocks wrote them. */
+ * Activations are read with L2-coherent loads (the previous kernel in the stream wrote them). */
 template <int T>
 static __device__ __forceinline__ void matvec_block(const mv_args &a, int block, int n_blocks, float *xs) {
     __shared__ float red[MV_WARPS];

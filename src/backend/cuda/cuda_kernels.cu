@@ -1,6 +1,5 @@
 /*
- * cuda_kernels.cu — every kernel of the CUDA backend (but the persistent decode kernel, in
- * cuda_decode_persistent.cu) and its host launcher; the device building blocks live in cuda_device.cuh:
+ * cuda_kernels.cu — every kernel of the CUDA backend and its host launcher; the device building blocks live in cuda_device.cuh:
  *   k_matvec<T>    decode matrix x vector (matvec_block: its prologue builds the input, copy or fused RMSNorm;
  *                  its epilogue stores / adds to the residual / applies RoPE and appends K,V to the cache /
  *                  applies SwiGLU / writes logits and the argmax)
@@ -296,13 +295,10 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
     cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 
-/* the table, then the persistent decode kernel (another translation unit) */
 #define N_TABLE ((int)(sizeof kernel_table / sizeof kernel_table[0]))
-int ck_kernel_count(void) { return N_TABLE + 2; }
-const void *ck_kernel_at(int i) { return i < N_TABLE ? kernel_table[i].fn : ck_persistent_kernel(i - N_TABLE + 1); }
-const char *ck_kernel_name(int i) {
-    return i < N_TABLE ? kernel_table[i].name : i == N_TABLE ? "decode_persistent<1>" : "decode_persistent<2>";
-}
+int ck_kernel_count(void) { return N_TABLE; }
+const void *ck_kernel_at(int i) { return kernel_table[i].fn; }
+const char *ck_kernel_name(int i) { return kernel_table[i].name; }
 
 size_t ck_attention_smem(void) { return ATT_SMEM_BYTES; }
 

@@ -91,7 +91,7 @@ const char *ck_kernel_name(int i);
 size_t ck_matvec_smem(int n);
 
 cudaError_t ck_set_matvec_smem(size_t bytes);
-/* Shared memory of one attention item (what the persistent kernel needs besides the matvec input). */
+/* Shared memory of one attention item. */
 size_t ck_attention_smem(void);
 /* Programmatic dependent launch between consecutive kernels (sm_90 and newer) for launches from this
  * thread (each session sets its own before launching); off by default. */
@@ -134,34 +134,5 @@ void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream
 /* Upload helper: splits n_blocks raw blocks (block_bytes each) into q (q_len bytes from q_off) and d. */
 void ck_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
                uint8_t *dst_q, __half *dst_d, cudaStream_t st);
-
-/* ---- the persistent decode kernel (cuda_decode_persistent.cu): the whole decode step in one launch */
-
-enum { PD_EMBED = 0, PD_MATVEC = 1, PD_ATTN = 2 };
-
-/* One phase of the decode step. The kernel runs the phases in order; blocks 0..n_blocks-1 work in a phase
- * (for attention at most that many: one per active item), after waiting for the previous phase's. */
-struct pd_phase {
-    int kind;          /* PD_* */
-    int n_blocks;
-    mv_args mv;        /* PD_MATVEC: one matvec over n_blocks blocks (ksplit from ck_matvec_plan) */
-    attn_args at;      /* PD_ATTN: decode attention (pos_dev set, one token); the items (active split, KV head)
-                          are strided over the blocks, ATT_THREADS threads of each block run them */
-    dev_weight emb;    /* PD_EMBED: emb_x = row *emb_id of emb */
-    const int *emb_id;
-    float *emb_x;
-};
-
-/* The kernel is built twice, for 1 and for 2 blocks per SM (bps: its register budget). */
-const void *ck_persistent_kernel(int bps);
-/* Sets the bps kernel's dynamic shared memory to smem bytes (max of ck_matvec_smem of the widest input and
- * ck_attention_smem) and gives how many of its blocks fit on one SM at once (0 when none). */
-cudaError_t ck_persistent_setup(int bps, size_t smem, int *blocks_per_sm);
-/* One cooperative launch of grid blocks (they must all fit at once: grid <= n_sm * blocks_per_sm) over
- * n_phases phases in device memory. sync: ck_persistent_sync_bytes(n_phases) bytes of device memory, zero
- * before the first launch; every launch leaves them zero. */
-size_t ck_persistent_sync_bytes(int n_phases);
-cudaError_t ck_persistent_launch(int bps, const pd_phase *phases, int n_phases, unsigned *sync, int grid,
-                                 size_t smem, cudaStream_t st);
 
 #endif
