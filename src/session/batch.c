@@ -2,7 +2,9 @@
  * batch.c — kiln_batch and everything built on it: the per-sequence calls (kiln_seq_prefill, reset,
  * rewind, n_past) and the single-sequence calls (kiln_prefill, kiln_decode, kiln_decode_greedy, ...) as
  * the sequence-0 case. A call is checked whole before the backend runs, and positions are committed only
- * after it succeeded, so a failed call changes nothing for any sequence.
+ * after it succeeded, so a failed call changes nothing for any sequence. KILN_OUT_SAMPLE rows go to a backend
+ * that samples (ops->samples) as specs (sample_spec.h), else they are logits rows sampled here with kiln_sample;
+ * a failed forward gives the specs' draws back to their samplers.
  */
 #include <stdbool.h>
 #include <stdio.h>
