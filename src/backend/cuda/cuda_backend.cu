@@ -8,9 +8,10 @@
  * token id and position from device memory, and a device warm pass. After open nothing is allocated,
  * loaded or captured.
  *
- * Decode (one row): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
- * argmax); logits come back only when asked for. The graph holds the decode kernels one by one, chained
- * by programmatic dependent launch (sm_90+). Any other batch (a prefill, rows
+ * Decode (one row): one graph replay (host->device copy of id/pos and the row's sampling spec, the kernels,
+ * the device sampler of cuda_sample.cu, device->host copy of the argmax or the sampled id); logits come back
+ * only when asked for. The graph holds the decode kernels one by one, chained by programmatic dependent
+ * launch (sm_90+); a row that is not sampled runs the sampler with a spec of mode NONE (it returns at once). Any other batch (a prefill, rows
  * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
  * GEMMs over all rows, causal attention per run of one sequence's rows. A mixture-of-experts layer's
  * feed-forward (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in both paths.
@@ -24,6 +25,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_sample.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -106,6 +108,8 @@ typedef struct cuda_state {
     uint8_t *h_stage[2];
     int *h_params, *h_ids, *h_argmax;
     float *h_logits;
+    kiln_sample_spec *h_spec, *d_spec; /* max_out specs of the rows sampled on the device (pinned, device) */
+    int *d_sample_scratch;             /* max_out x n_vocab ids: the device sampler's candidates */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -402,6 +406,8 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->arg_out = (int *)carve(base, off, 4);
     s->params = (int *)carve(base, off, 16);
     s->ids = (int *)carve(base, off, B * 4);
+    s->d_spec = (kiln_sample_spec *)carve(base, off, (size_t)s->cfg.max_out * sizeof(kiln_sample_spec));
+    s->d_sample_scratch = (int *)carve(base, off, (size_t)s->cfg.max_out * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
 }
 
@@ -665,12 +671,32 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
     return KILN_OK;
 }
 
+/* The one-row step's inputs: id and position, and the spec of h_spec[0] (copied before the step's kernels, off
+ * the path from the logits to the sampler). */
+static void copy_params_one(cuda_state *s) {
+    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    cudaMemcpyAsync(s->d_spec, s->h_spec, sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
+}
+
+/* The one-row step's sample: a spec of mode KILN_SPEC_NONE leaves arg_out to the argmax, else the drawn id
+ * replaces it. */
+static void launch_sample_one(cuda_state *s) {
+    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
+}
+
+/* Puts row r's spec (or mode NONE) into h_spec[k]. */
+static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
+    if (r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
+    else s->h_spec[k].mode = KILN_SPEC_NONE;
+}
+
 /* Captures the decode step of sequence q (its cache's addresses are in the graph) into graphs[q]. */
 static kiln_status capture_graph(cuda_state *s, int q) {
     s->cur_seq = q;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
-    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    copy_params_one(s);
     launch_decode(s);
+    launch_sample_one(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
     cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[q]);
     kiln_count_graph_capture();
@@ -770,7 +796,8 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(plan_weights(s, s->arena, &off));
         soff = 0;
         plan_scratch(s, s->arena + s->scratch_off, &soff);
-        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4;
+        const size_t spec_bytes = (size_t)cfg->max_out * sizeof(kiln_sample_spec);
+        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4 + 64 + spec_bytes;
         e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
         kiln_count_device_alloc();
         if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
@@ -781,6 +808,8 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->h_argmax = s->h_params + 16;
         s->h_logits = (float *)(s->pinned + 2 * STAGE_BYTES + 4096);
         s->h_ids = (int *)(s->h_logits + s->V);
+        s->h_spec = (kiln_sample_spec *)align_up((size_t)(s->h_ids + cfg->max_batch), 64);
+        memset(s->h_spec, 0, spec_bytes);
         OPEN_CU(cudaMemsetAsync(s->arena, 0, s->arena_bytes, s->stream), "arena memset");
         OPEN_CU(cudaEventRecord(s->stage_ev[0], s->stream), "event");
         OPEN_CU(cudaEventRecord(s->stage_ev[1], s->stream), "event");
@@ -860,6 +889,13 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         }
         OPEN_CU(cm_setup(cm_dims(m)), "MoE kernels' shared memory");
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+        {
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, ck_sample_kernel());
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "k_sample"));
+            s->n_kernels++;
+        }
         const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
@@ -891,6 +927,23 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(cuda_forward(s, &b));
         b = (kiln_backend_batch){&dec2, 1, 1, s->conv_tmp, &next};
         OPEN_TRY(cuda_forward(s, &b));
+        /* the device sampler: penalties, top-k off with top-p and min-p, through the graph; top-k eagerly */
+        kiln_sample_spec sp_store; /* on the stack: two sessions may open at once */
+        kiln_sample_spec *sp = &sp_store;
+        memset(sp, 0, sizeof *sp);
+        sp->mode = KILN_SPEC_SAMPLE, sp->temperature = 0.8f, sp->top_p = 0.95f, sp->min_p = 0.05f;
+        sp->repeat = 1.1f, sp->presence = 0.5f, sp->frequency = 0.5f, sp->n_pen = 1, sp->pen_count[0] = 1;
+        sp->u = 0.5;
+        const kiln_backend_row dec3 = {0, n, 0, KILN_BK_OUT_SAMPLE, sp};
+        int32_t ids2[2] = {0, 0};
+        b = (kiln_backend_batch){&dec3, 1, 1, NULL, ids2};
+        OPEN_TRY(cuda_forward(s, &b));
+        if (cfg->max_batch >= 2 && cfg->max_out >= 2) {
+            const kiln_backend_row two[2] = {{0, 0, 0, KILN_BK_OUT_SAMPLE, sp}, {0, 1, id1, KILN_BK_OUT_ARGMAX, NULL}};
+            sp->top_k = 40;
+            b = (kiln_backend_batch){two, 2, 2, NULL, ids2};
+            OPEN_TRY(cuda_forward(s, &b));
+        }
     }
     kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
     *out = s;
@@ -926,11 +979,13 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
         s->cur_seq = r->seq;
         s->h_params[0] = r->id;
         s->h_params[1] = r->pos;
+        stage_spec(s, 0, r);
         if (s->use_graph) {
             CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
         } else {
-            cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+            copy_params_one(s);
             launch_decode(s);
+            launch_sample_one(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
         if (r->out == KILN_BK_OUT_NONE) {
@@ -941,10 +996,15 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
     }
     for (int i = 0; i < n; i++) s->h_ids[i] = b->rows[i].id;
     cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    for (int i = 0, k = 0; i < n; i++)
+        if (b->rows[i].out != KILN_BK_OUT_NONE) stage_spec(s, k++, &b->rows[i]);
+    if (b->n_out)
+        cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)b->n_out * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
     launch_rows(s, b->rows, n);
     for (int i = 0, k = 0; i < n; i++) {
         if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
         launch_logits(s, s->x + (size_t)i * s->E);
+        ck_sample(s->d_spec + k, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
         cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         KILN_TRY(finish_output(s, b, k++, b->rows[i].out));
     }
@@ -963,7 +1023,7 @@ static uint64_t cuda_kv_bytes_per_seq(const void *state) {
 }
 
 static const kiln_backend_ops cuda_ops = {
-    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
+    "cuda", true, cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
 };
 
 extern "C" const kiln_backend_ops *kiln_backend_cuda(void) { return &cuda_ops; }
