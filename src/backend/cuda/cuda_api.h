@@ -72,6 +72,21 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
  * combining; n_tok must be 1), false the prefill path. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, bool split, float *out);
+/* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
+ * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
+ * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
+ * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+                               const float *router, const void *gate, const void *up, const void *down,
+                               const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
+                               float *wts, float *y);
+
+/* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
+ * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
+ * stays as it was for a spec of mode KILN_SPEC_NONE. */
+struct kiln_sample_spec;
+kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
+                                  int32_t *ids);
 
 /* The decode matvec over nr input rows (1..8) with any epilogue (kind: KILN_MVB_*), as a continuous batch
  * launches it. w: GGUF rows of `type` (out x in); SWIGLU: w = gate, w1 = up, y receives silu(gate) * up.

@@ -8,12 +8,14 @@
  * token id and position from device memory, and a device warm pass. After open nothing is allocated,
  * loaded or captured.
  *
- * Decode (one row): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
- * argmax); logits come back only when asked for. The graph holds the decode kernels one by one, chained
- * by programmatic dependent launch (sm_90+). Any other batch (a prefill, rows
+ * Decode (one row): one graph replay (host->device copy of id/pos and the row's sampling spec, the kernels,
+ * the device sampler of cuda_sample.cu, device->host copy of the argmax or the sampled id); logits come back
+ * only when asked for. The graph holds the decode kernels one by one, chained by programmatic dependent
+ * launch (sm_90+); a row that is not sampled runs the sampler with a spec of mode NONE (it returns at once). Any other batch (a prefill, rows
  * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
- * GEMMs over all rows, causal attention per run of one sequence's rows. The test entry points are in
- * cuda_testing.cu (test binaries only).
+ * GEMMs over all rows, causal attention per run of one sequence's rows. A mixture-of-experts layer's
+ * feed-forward (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in both paths.
+ * The test entry points are in cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -22,6 +24,8 @@
 
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_sample.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -58,6 +62,7 @@ typedef struct cu_layer {
     bool qkv_fused, gu_dual;
     float *attn_norm, *ffn_norm;
     float *bqkv, *q_norm, *k_norm;   /* Q|K|V biases, per-head Q/K RMSNorm weights; NULL when absent */
+    moe_layer moe;                   /* a MoE layer (moe.n_expert > 0): wg/wu/wd hold every expert's rows */
 } cu_layer;
 
 typedef struct cuda_state {
@@ -96,12 +101,15 @@ typedef struct cuda_state {
     int *arg_idx, *arg_out, *params, *ids;
     unsigned *counter, *att_counters;
     int max_mv_blocks;
+    moe_scratch moe;   /* the MoE layers' routing and expert buffers (cuda_moe.cuh) */
 
     /* pinned host memory */
     uint8_t *pinned;
     uint8_t *h_stage[2];
     int *h_params, *h_ids, *h_argmax;
     float *h_logits;
+    kiln_sample_spec *h_spec, *d_spec; /* max_out specs of the rows sampled on the device (pinned, device) */
+    int *d_sample_scratch;             /* max_out x n_vocab ids: the device sampler's candidates */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -289,6 +297,34 @@ static dev_weight sub_rows(dev_weight w, int r0, int n) {
     return w;
 }
 
+/* The feed-forward matrices of a layer as the device holds them: dense, or (MoE) each 3-D expert tensor as one
+ * matrix of n_expert * rows rows. */
+static void ffn_matrices(const kiln_layer *L, kiln_weight *g, kiln_weight *u, kiln_weight *d) {
+    const bool moe = L->ffn_gate_exps.data != NULL;
+    *g = moe ? cm_flat(&L->ffn_gate_exps) : L->w_gate;
+    *u = moe ? cm_flat(&L->ffn_up_exps) : L->w_up;
+    *d = moe ? cm_flat(&L->ffn_down_exps) : L->w_down;
+}
+
+/* A MoE layer's router and experts (placed in D) for cuda_moe; gate and up of different types are both held
+ * as F16 (the expert kernel reads them with one type). */
+static kiln_status plan_moe(cuda_state *s, const kiln_layer *L, cu_layer *D, uint8_t *base, size_t *off, uint32_t *tg,
+                            uint32_t *tu) {
+    const kiln_hparams *hp = &s->m->hp;
+    memset(&D->moe, 0, sizeof D->moe);
+    if (!L->ffn_gate_exps.data) return KILN_OK;
+    if (*tg != *tu) {
+        if (base) s->n_converted += 2;
+        *tg = *tu = CK_F16;
+    }
+    uint32_t tr;
+    KILN_TRY(dev_type_of(s, &L->ffn_gate_inp, base != NULL, &tr));
+    D->moe.router = place_matrix(base, off, tr, (int)L->ffn_gate_inp.ne[0], (int)L->ffn_gate_inp.ne[1]);
+    D->moe.n_expert = hp->n_expert, D->moe.n_used = hp->n_expert_used, D->moe.n_ff = hp->n_ff_exp;
+    D->moe.norm_topk = hp->moe_norm_topk;
+    return KILN_OK;
+}
+
 static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
     const kiln_model *m = s->m;
     const kiln_hparams *hp = &m->hp;
@@ -307,13 +343,16 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
         const kiln_layer *L = &m->layers[il];
         cu_layer *D = &s->layers[il];
         uint32_t tq, tk, tv, to, tg, tu, td;
+        kiln_weight wg, wu, wd;
+        ffn_matrices(L, &wg, &wu, &wd);
         KILN_TRY(dev_type_of(s, &L->wq, count, &tq));
         KILN_TRY(dev_type_of(s, &L->wk, count, &tk));
         KILN_TRY(dev_type_of(s, &L->wv, count, &tv));
         KILN_TRY(dev_type_of(s, &L->wo, count, &to));
-        KILN_TRY(dev_type_of(s, &L->w_gate, count, &tg));
-        KILN_TRY(dev_type_of(s, &L->w_up, count, &tu));
-        KILN_TRY(dev_type_of(s, &L->w_down, count, &td));
+        KILN_TRY(dev_type_of(s, &wg, count, &tg));
+        KILN_TRY(dev_type_of(s, &wu, count, &tu));
+        KILN_TRY(dev_type_of(s, &wd, count, &td));
+        KILN_TRY(plan_moe(s, L, D, base, off, &tg, &tu));
         const int E = (int)L->wq.ne[0], nq = (int)L->wq.ne[1], nk = (int)L->wk.ne[1], nv = (int)L->wv.ne[1];
         D->qkv_fused = tq == tk && tq == tv;
         if (D->qkv_fused) {
@@ -327,12 +366,13 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
             D->wv = place_matrix(base, off, tv, E, nv);
         }
         D->wo = place_matrix(base, off, to, (int)L->wo.ne[0], (int)L->wo.ne[1]);
-        D->wg = place_matrix(base, off, tg, (int)L->w_gate.ne[0], (int)L->w_gate.ne[1]);
-        D->wu = place_matrix(base, off, tu, (int)L->w_up.ne[0], (int)L->w_up.ne[1]);
+        D->wg = place_matrix(base, off, tg, (int)wg.ne[0], (int)wg.ne[1]);
+        D->wu = place_matrix(base, off, tu, (int)wu.ne[0], (int)wu.ne[1]);
         D->gu_dual = tg == tu;
-        D->wd = place_matrix(base, off, td, (int)L->w_down.ne[0], (int)L->w_down.ne[1]);
+        D->wd = place_matrix(base, off, td, (int)wd.ne[0], (int)wd.ne[1]);
         D->attn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
         D->ffn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+        D->moe.gate = D->wg, D->moe.up = D->wu, D->moe.down = D->wd, D->moe.norm_w = D->ffn_norm;
         D->bqkv = L->bq.data ? (float *)carve(base, off, (size_t)(nq + nk + nv) * 4) : NULL;
         D->q_norm = L->q_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
         D->k_norm = L->k_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
@@ -355,6 +395,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->xh = (__half *)carve(base, off, B * s->Epad * 2);
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
+    cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, base, off);
     s->part = (float *)carve(base, off, (size_t)s->n_split * hp->n_head * (hp->head_dim + 2) * 4);
     s->attn_f = (float *)carve(base, off, (size_t)s->Q * 4);
     s->att_counters = (unsigned *)carve(base, off, (size_t)hp->n_head_kv * 4);
@@ -365,6 +406,8 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->arg_out = (int *)carve(base, off, 4);
     s->params = (int *)carve(base, off, 16);
     s->ids = (int *)carve(base, off, B * 4);
+    s->d_spec = (kiln_sample_spec *)carve(base, off, (size_t)s->cfg.max_out * sizeof(kiln_sample_spec));
+    s->d_sample_scratch = (int *)carve(base, off, (size_t)s->cfg.max_out * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
 }
 
@@ -510,6 +553,10 @@ static void launch_decode(cuda_state *s) {
         if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, s->params + 1), 1, st);
         ck_attention(dec_attn(s, il), s->n_split, 1, st);
         launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
+        if (L->moe.n_expert) { /* routing and experts on the device (cuda_moe.cu) */
+            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, 1, s->pdl, st);
+            continue;
+        }
         if (L->gu_dual) {
             launch_mv(s, dec_gate_up(s, il));
         } else {
@@ -578,6 +625,10 @@ static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
             launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
         }
         ck_gemm(L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, st);
+        if (L->moe.n_expert) { /* each row's chosen experts (cuda_moe.cu) */
+            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, n, s->pdl, st);
+            continue;
+        }
         ck_rmsnorm_rows(s->x, L->ffn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
         ck_gemm(L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, st);
         ck_gemm(L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, st);
@@ -610,10 +661,6 @@ static void cuda_close(void *state) {
 
 static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
     const kiln_hparams *hp = &m->hp;
-    if (hp->n_expert)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s has mixture-of-experts layers (%d experts, %d "
-                         "used), which the CUDA backend does not run yet (use --device cpu)", hp->arch, hp->n_expert,
-                         hp->n_expert_used);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
                          hp->n_head_kv, CK_ATT_MAX_G);
@@ -624,12 +671,32 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
     return KILN_OK;
 }
 
+/* The one-row step's inputs: id and position, and the spec of h_spec[0] (copied before the step's kernels, off
+ * the path from the logits to the sampler). */
+static void copy_params_one(cuda_state *s) {
+    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    cudaMemcpyAsync(s->d_spec, s->h_spec, sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
+}
+
+/* The one-row step's sample: a spec of mode KILN_SPEC_NONE leaves arg_out to the argmax, else the drawn id
+ * replaces it. */
+static void launch_sample_one(cuda_state *s) {
+    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
+}
+
+/* Puts row r's spec (or mode NONE) into h_spec[k]. */
+static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
+    if (r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
+    else s->h_spec[k].mode = KILN_SPEC_NONE;
+}
+
 /* Captures the decode step of sequence q (its cache's addresses are in the graph) into graphs[q]. */
 static kiln_status capture_graph(cuda_state *s, int q) {
     s->cur_seq = q;
     CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
-    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    copy_params_one(s);
     launch_decode(s);
+    launch_sample_one(s);
     cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
     cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[q]);
     kiln_count_graph_capture();
@@ -707,8 +774,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->n_split = (cfg->n_ctx + DEC_CHUNK - 1) / DEC_CHUNK;
         s->max_mv_blocks = s->n_sm * 4;
         s->layers = (cu_layer *)kiln_calloc((size_t)hp->n_layer, sizeof(cu_layer));
-        s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 2 +
-                                           sizeof(float) * (size_t)hp->n_vocab);
+        int widest_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+        widest_row = hp->n_ff_exp > widest_row ? hp->n_ff_exp : widest_row;
+        s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)widest_row * 2 + sizeof(float) * (size_t)hp->n_vocab);
         if (!s->layers || !s->conv_tmp) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory"));
         size_t off = 0;
         OPEN_TRY(plan_weights(s, NULL, &off));
@@ -728,7 +796,8 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(plan_weights(s, s->arena, &off));
         soff = 0;
         plan_scratch(s, s->arena + s->scratch_off, &soff);
-        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4;
+        const size_t spec_bytes = (size_t)cfg->max_out * sizeof(kiln_sample_spec);
+        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4 + 64 + spec_bytes;
         e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
         kiln_count_device_alloc();
         if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
@@ -739,6 +808,8 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->h_argmax = s->h_params + 16;
         s->h_logits = (float *)(s->pinned + 2 * STAGE_BYTES + 4096);
         s->h_ids = (int *)(s->h_logits + s->V);
+        s->h_spec = (kiln_sample_spec *)align_up((size_t)(s->h_ids + cfg->max_batch), 64);
+        memset(s->h_spec, 0, spec_bytes);
         OPEN_CU(cudaMemsetAsync(s->arena, 0, s->arena_bytes, s->stream), "arena memset");
         OPEN_CU(cudaEventRecord(s->stage_ev[0], s->stream), "event");
         OPEN_CU(cudaEventRecord(s->stage_ev[1], s->stream), "event");
@@ -765,9 +836,12 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
                 OPEN_TRY(upload_matrix(s, &L->wv, &D->wv, 0));
             }
             OPEN_TRY(upload_matrix(s, &L->wo, &D->wo, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_gate, &D->wg, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_up, &D->wu, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_down, &D->wd, 0));
+            kiln_weight wg, wu, wd;
+            ffn_matrices(L, &wg, &wu, &wd);
+            OPEN_TRY(upload_matrix(s, &wg, &D->wg, 0));
+            OPEN_TRY(upload_matrix(s, &wu, &D->wu, 0));
+            OPEN_TRY(upload_matrix(s, &wd, &D->wd, 0));
+            if (D->moe.n_expert) OPEN_TRY(upload_matrix(s, &L->ffn_gate_inp, &D->moe.router, 0));
             OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
             OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
             if (D->bqkv) {
@@ -807,7 +881,21 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             kiln_count_module_load();
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, ck_kernel_name(i)));
         }
+        for (int i = 0; i < cm_kernel_count(); i++, s->n_kernels++) { /* the MoE kernels (cuda_moe.cu) */
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, cm_kernel_at(i));
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, cm_kernel_name(i)));
+        }
+        OPEN_CU(cm_setup(cm_dims(m)), "MoE kernels' shared memory");
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+        {
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, ck_sample_kernel());
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "k_sample"));
+            s->n_kernels++;
+        }
         const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
@@ -839,6 +927,23 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(cuda_forward(s, &b));
         b = (kiln_backend_batch){&dec2, 1, 1, s->conv_tmp, &next};
         OPEN_TRY(cuda_forward(s, &b));
+        /* the device sampler: penalties, top-k off with top-p and min-p, through the graph; top-k eagerly */
+        kiln_sample_spec sp_store; /* on the stack: two sessions may open at once */
+        kiln_sample_spec *sp = &sp_store;
+        memset(sp, 0, sizeof *sp);
+        sp->mode = KILN_SPEC_SAMPLE, sp->temperature = 0.8f, sp->top_p = 0.95f, sp->min_p = 0.05f;
+        sp->repeat = 1.1f, sp->presence = 0.5f, sp->frequency = 0.5f, sp->n_pen = 1, sp->pen_count[0] = 1;
+        sp->u = 0.5;
+        const kiln_backend_row dec3 = {0, n, 0, KILN_BK_OUT_SAMPLE, sp};
+        int32_t ids2[2] = {0, 0};
+        b = (kiln_backend_batch){&dec3, 1, 1, NULL, ids2};
+        OPEN_TRY(cuda_forward(s, &b));
+        if (cfg->max_batch >= 2 && cfg->max_out >= 2) {
+            const kiln_backend_row two[2] = {{0, 0, 0, KILN_BK_OUT_SAMPLE, sp}, {0, 1, id1, KILN_BK_OUT_ARGMAX, NULL}};
+            sp->top_k = 40;
+            b = (kiln_backend_batch){two, 2, 2, NULL, ids2};
+            OPEN_TRY(cuda_forward(s, &b));
+        }
     }
     kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
     *out = s;
@@ -874,11 +979,13 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
         s->cur_seq = r->seq;
         s->h_params[0] = r->id;
         s->h_params[1] = r->pos;
+        stage_spec(s, 0, r);
         if (s->use_graph) {
             CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
         } else {
-            cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+            copy_params_one(s);
             launch_decode(s);
+            launch_sample_one(s);
             cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         }
         if (r->out == KILN_BK_OUT_NONE) {
@@ -889,10 +996,15 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
     }
     for (int i = 0; i < n; i++) s->h_ids[i] = b->rows[i].id;
     cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    for (int i = 0, k = 0; i < n; i++)
+        if (b->rows[i].out != KILN_BK_OUT_NONE) stage_spec(s, k++, &b->rows[i]);
+    if (b->n_out)
+        cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)b->n_out * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
     launch_rows(s, b->rows, n);
     for (int i = 0, k = 0; i < n; i++) {
         if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
         launch_logits(s, s->x + (size_t)i * s->E);
+        ck_sample(s->d_spec + k, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
         cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
         KILN_TRY(finish_output(s, b, k++, b->rows[i].out));
     }
@@ -911,7 +1023,7 @@ static uint64_t cuda_kv_bytes_per_seq(const void *state) {
 }
 
 static const kiln_backend_ops cuda_ops = {
-    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
+    "cuda", true, cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
 };
 
 extern "C" const kiln_backend_ops *kiln_backend_cuda(void) { return &cuda_ops; }
