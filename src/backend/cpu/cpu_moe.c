@@ -15,7 +15,20 @@
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
 /* weight rows per work item of the gate/up run, output columns per work item of the down run */
-#define MOE_ITEM_ROWS 32
+#ifndef MOE_GATE_ROWS
+#define MOE_GATE_ROWS 32
+#endif
+#ifndef MOE_DOWN_COLS
+#define MOE_DOWN_COLS 32
+#endif
+/* batches of more rows than this take the prefill form of the down run: items (expert, column block),
+ * then the mix in a run of its own */
+#ifndef MOE_DECODE_ROWS
+#define MOE_DECODE_ROWS 4
+#endif
+#ifndef MOE_PREFILL_COLS
+#define MOE_PREFILL_COLS 256
+#endif
 /* below these, work runs on the calling thread: waking the pool costs more than it saves */
 #define MOE_SMALL_CONVERT (1 << 16) /* values converted */
 #define MOE_SMALL_WORK (1 << 16)    /* multiply-adds */
@@ -215,7 +228,7 @@ static void convert_h(void *ctx, int ith, int nth) {
 static void gate_up_item(moe_job *j, int u, int blk) {
     cpu_moe_buf *b = j->b;
     const int e = b->used[u], p0 = b->first[e], n = b->first[e + 1] - p0, E = j->E, F = j->F;
-    const int r0 = blk * MOE_ITEM_ROWS, r1 = r0 + MOE_ITEM_ROWS < F ? r0 + MOE_ITEM_ROWS : F;
+    const int r0 = blk * MOE_GATE_ROWS, r1 = r0 + MOE_GATE_ROWS < F ? r0 + MOE_GATE_ROWS : F;
     const uint8_t *G = (const uint8_t *)j->f->gate->data + (size_t)e * j->gate.wmat,
                   *U = (const uint8_t *)j->f->up->data + (size_t)e * j->up.wmat;
     const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = b->qg_up + (size_t)p0 * b->qrow_e;
@@ -235,13 +248,11 @@ static void gate_up_run(void *ctx, int ith, int nth) {
         gate_up_item(j, it / j->n_blk, it % j->n_blk);
 }
 
-/* Work item blk: output columns blk of every chosen expert's down against all its entries, then for every
- * row those columns of its k outputs weighted and summed in the order of its choice (as llama.cpp adds them). */
-static void down_item(moe_job *j, int blk) {
+/* Columns [c0, c1) of chosen experts [u0, u1)'s down against all their entries, into yk. */
+static void down_cols(moe_job *j, int u0, int u1, int c0, int c1) {
     cpu_moe_buf *b = j->b;
-    const int E = j->E, F = j->F, k = j->k;
-    const int c0 = blk * MOE_ITEM_ROWS, c1 = c0 + MOE_ITEM_ROWS < E ? c0 + MOE_ITEM_ROWS : E;
-    for (int u = 0; u < j->n_used; u++) {
+    const int E = j->E, F = j->F;
+    for (int u = u0; u < u1; u++) {
         const int e = b->used[u], p0 = b->first[e], n = b->first[e + 1] - p0;
         const uint8_t *D = (const uint8_t *)j->f->down->data + (size_t)e * j->down.wmat;
         const uint8_t *qh = b->qh + (size_t)p0 * b->qrow_f;
@@ -250,7 +261,14 @@ static void down_item(moe_job *j, int blk) {
             dot_entries(&j->down, F, D + (size_t)c * j->down.wrow, qh, b->qrow_f, qhd, n, b->yk + (size_t)p0 * E + c,
                         (size_t)E);
     }
-    for (int t = 0; t < j->B; t++) {
+}
+
+/* Columns [c0, c1) of rows [t0, t1): their k expert outputs weighted and summed in the order of the
+ * choice (as llama.cpp adds them). */
+static void mix_cols(moe_job *j, int t0, int t1, int c0, int c1) {
+    const cpu_moe_buf *b = j->b;
+    const int E = j->E, k = j->k;
+    for (int t = t0; t < t1; t++) {
         float *o = j->out + (size_t)t * E;
         const float *y0 = b->yk + (size_t)b->pos[t * k] * E, w0 = b->wts[t * k];
         for (int c = c0; c < c1; c++) o[c] = y0[c] * w0;
@@ -264,10 +282,34 @@ static void down_item(moe_job *j, int blk) {
     }
 }
 
+/* Decode (few rows): work item blk = output columns blk of every chosen expert's down, then those columns
+ * of every row mixed, in the same run. */
+static void down_mix_run(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_job *j = ctx;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        const int c0 = it * MOE_DOWN_COLS, c1 = c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E;
+        down_cols(j, 0, j->n_used, c0, c1);
+        mix_cols(j, 0, j->B, c0, c1);
+    }
+}
+
+/* Prefill (many rows): work item (u, blk) = output columns blk of chosen expert u's down (each expert's
+ * matrix read in long runs); the mix follows in its own run. */
 static void down_run(void *ctx, int ith, int nth) {
     (void)ith, (void)nth;
     moe_job *j = ctx;
-    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) down_item(j, it);
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_PREFILL_COLS;
+        down_cols(j, u, u + 1, c0, c0 + MOE_PREFILL_COLS < j->E ? c0 + MOE_PREFILL_COLS : j->E);
+    }
+}
+
+static void mix_run(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    int lo, hi;
+    kiln_split(j->B, ith, nth, &lo, &hi);
+    mix_cols(j, lo, hi, 0, j->E);
 }
 
 /* fn on the pool, or on the calling thread when the work is small. */
@@ -285,14 +327,21 @@ void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B
                  .n_used = n_used};
     const int64_t n_entries = (int64_t)B * j.k, work = n_entries * j.F * j.E;
     run_maybe(pool, convert_x, &j, (int64_t)B * j.E < MOE_SMALL_CONVERT);
-    j.n_blk = (j.F + MOE_ITEM_ROWS - 1) / MOE_ITEM_ROWS;
+    j.n_blk = (j.F + MOE_GATE_ROWS - 1) / MOE_GATE_ROWS;
     j.n_items = n_used * j.n_blk;
     atomic_init(&j.next, 0);
     run_maybe(pool, gate_up_run, &j, 2 * work < MOE_SMALL_WORK);
     run_maybe(pool, convert_h, &j, n_entries * j.F < MOE_SMALL_CONVERT);
-    j.n_items = (j.E + MOE_ITEM_ROWS - 1) / MOE_ITEM_ROWS;
     atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+    if (B <= MOE_DECODE_ROWS) {
+        j.n_items = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
+        run_maybe(pool, down_mix_run, &j, work < MOE_SMALL_WORK);
+        return;
+    }
+    j.n_blk = (j.E + MOE_PREFILL_COLS - 1) / MOE_PREFILL_COLS;
+    j.n_items = n_used * j.n_blk;
     run_maybe(pool, down_run, &j, work < MOE_SMALL_WORK);
+    run_maybe(pool, mix_run, &j, n_entries * j.E < MOE_SMALL_CONVERT);
 }
 
 /* ---- the reference ---- */
