@@ -196,6 +196,8 @@ static void convert_x(void *ctx, int ith, int nth) {
     cpu_moe_buf *b = j->b;
     const int E = j->E, nd = E / 32;
     const bool two = vdt(j->f->gate) != vdt(j->f->up);
+    const size_t sd = vdt(j->f->gate) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0,
+                 sdu = vdt(j->f->up) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0; /* scale bytes copied */
     int lo, hi;
     kiln_split(j->B, ith, nth, &lo, &hi);
     for (int t = lo; t < hi; t++) {
@@ -205,10 +207,10 @@ static void convert_x(void *ctx, int ith, int nth) {
         for (int s = 1; s < j->k; s++) {
             const size_t p = (size_t)b->pos[t * j->k + s];
             memcpy(b->qg + p * b->qrow_e, b->qg + p0 * b->qrow_e, b->qrow_e);
-            memcpy(b->qg_d + p * nd, b->qg_d + p0 * nd, sizeof(float) * (size_t)nd);
+            memcpy(b->qg_d + p * nd, b->qg_d + p0 * nd, sd);
             if (!two) continue;
             memcpy(b->qg_up + p * b->qrow_e, b->qg_up + p0 * b->qrow_e, b->qrow_e);
-            memcpy(b->qg_up_d + p * nd, b->qg_up_d + p0 * nd, sizeof(float) * (size_t)nd);
+            memcpy(b->qg_up_d + p * nd, b->qg_up_d + p0 * nd, sdu);
         }
     }
 }
