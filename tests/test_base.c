@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -51,6 +52,92 @@ TEST(base_pool_covers_every_index_once) {
     kiln_pool *bad;
     CHECK_EQ_INT(kiln_pool_open(0, &bad), KILN_ERR_INVALID_ARG);
     CHECK(bad == NULL);
+}
+
+/* ---- kiln_pool_for: the chunked run */
+
+#define FOR_MAX 4096
+typedef struct for_ctx {
+    _Atomic int hits[FOR_MAX];
+    _Atomic int by[FOR_MAX];     /* the thread that computed each item */
+    _Atomic int busy[8];         /* per thread: inside a call now */
+    _Atomic int bad_ith, bad_range, overlap, calls, max_len;
+    int n, grain, size, sleep_ith, sleep_us;
+    _Atomic int slept;           /* sleep_ith slept once in this run (1) */
+    uint64_t seed;               /* > 0: some calls sleep a few microseconds (shuffles the interleavings) */
+} for_ctx;
+
+static void for_sleep(int us) { struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000}; nanosleep(&ts, NULL); }
+
+static void for_work(void *ctx, int lo, int hi, int ith) {
+    for_ctx *c = ctx;
+    atomic_fetch_add(&c->calls, 1);
+    if (ith < 0 || ith >= c->size) { atomic_store(&c->bad_ith, 1); return; }
+    if (atomic_exchange(&c->busy[ith], 1)) atomic_store(&c->overlap, 1);
+    const int len = hi - lo;
+    if (lo < 0 || hi > c->n || lo >= hi || lo % c->grain || (hi != c->n && len % c->grain)) atomic_store(&c->bad_range, 1);
+    for (int m = atomic_load(&c->max_len); len > m && !atomic_compare_exchange_weak(&c->max_len, &m, len);) {}
+    if (ith == c->sleep_ith && !atomic_exchange(&c->slept, 1)) for_sleep(c->sleep_us);
+    if (c->seed && ((unsigned)(lo * 2654435761u + c->seed) >> 28) == 0) for_sleep(1 + (lo & 31));
+    for (int i = lo > 0 ? lo : 0; i < hi && i < FOR_MAX; i++) {
+        atomic_fetch_add(&c->hits[i], 1);
+        atomic_store(&c->by[i], ith);
+        for (volatile int k = 0; k < 50; k++) {} /* some work, so that every thread gets to claim */
+    }
+    atomic_store(&c->busy[ith], 0);
+}
+
+/* Checks one finished run: every item computed exactly once, in well-formed ranges, on valid threads. */
+static void for_check(for_ctx *c, const char *what, int run) {
+    CHECKF(!c->bad_ith && !c->bad_range && !c->overlap, "%s run %d: bad thread %d, bad range %d, overlap %d", what, run,
+           (int)c->bad_ith, (int)c->bad_range, (int)c->overlap);
+    for (int i = 0; i < c->n && !test_failures(); i++)
+        CHECKF(c->hits[i] == 1, "%s run %d: item %d of %d computed %d times", what, run, i, c->n, (int)c->hits[i]);
+}
+
+/* n_threads 1..4, sizes 0..4096 and grains 1, 7, 16, 1000 runs each: every item of every run is computed exactly
+ * once, each range is grain-aligned, each call's thread is in 0..size-1 and no thread is in two calls at once;
+ * one thread computes the whole run in a single call. */
+TEST(base_pool_for_computes_every_chunk_once) {
+    const int sizes[] = {0, 1, 5, 16, 61, 577, 4096}, grains[] = {1, 7, 16};
+    for (int nt = 1; nt <= 4 && !test_failures(); nt++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(nt, &p));
+        CHECK_EQ_INT(kiln_pool_size(p), nt);
+        for (int run = 0; run < 1000 && !test_failures(); run++) {
+            static for_ctx c;
+            memset(&c, 0, sizeof c);
+            c.n = sizes[run % 7], c.grain = grains[run % 3], c.size = nt, c.sleep_ith = -1, c.seed = run % 5 ? 0 : (uint64_t)run;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "pool_for", run);
+            if (nt == 1) CHECKF(c.calls == (c.n > 0), "1 thread: %d calls for %d items", (int)c.calls, c.n);
+        }
+        kiln_pool_close(p);
+    }
+}
+
+/* A worker that stops for 200 ms inside its first chunk costs the run that chunk only: the caller and the other
+ * workers take every other chunk of its share (the static pool, where each worker owns its share, left the sleeper
+ * its whole share). Runs until the sleeper did claim a chunk (a worker can also wake after every chunk is taken). */
+TEST(base_pool_for_takes_over_a_stalled_workers_share) {
+    for (int nt = 2; nt <= 4; nt++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(nt, &p));
+        int tries = 0;
+        static for_ctx c;
+        do {
+            memset(&c, 0, sizeof c);
+            c.n = FOR_MAX, c.grain = 1, c.size = nt, c.sleep_ith = nt - 1, c.sleep_us = 200000;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "stalled worker", tries);
+        } while (!c.slept && ++tries < 50 && !test_failures());
+        REQUIREF(c.slept, "%d threads: worker %d never claimed a chunk in 50 runs", nt, nt - 1);
+        int mine = 0;
+        for (int i = 0; i < c.n; i++) mine += c.by[i] == c.sleep_ith;
+        CHECKF(mine <= c.max_len, "%d threads: the stalled worker computed %d items, more than its one chunk (%d)", nt,
+               mine, (int)c.max_len);
+        kiln_pool_close(p);
+    }
 }
 
 TEST(base_counted_allocs_are_counted) {

@@ -144,6 +144,7 @@ TEST(formats_activation_quantize_equals_reference) {
         CHECKF(!memcmp(out, want->data, want->nbytes), "kiln_quantize_row_for_dot(%s) != %s", tname(t), name);
     }
     /* the AVX2 activation quantizers directly (whatever KILN_NO_SIMD says) */
+#if KILN_X86
     if (kiln_cpu_has_avx2()) {
         const gguf_tensor *w0 = vec_tensor(f, "x.q8_0", KILN_TYPE_Q8_0, COLS);
         const gguf_tensor *wk = vec_tensor(f, "x.q8_K", KILN_TYPE_Q8_K, COLS);
@@ -156,6 +157,7 @@ TEST(formats_activation_quantize_equals_reference) {
             CHECKF(!memcmp(out, wk->data, wk->nbytes), "AVX2 Q8_K from_float(x) != x.q8_K");
         }
     }
+#endif
     free(out);
     gguf_close(f);
 }
@@ -173,22 +175,39 @@ static void dequantize_activation(kiln_type vdt, const void *q, float *out, int 
     kiln_type_get(vdt)->to_float(q, out, n);
 }
 
-/* One fast variant per type: the table's vec_dot_fast, or the AVX2 one directly when present. */
-typedef struct { kiln_type type; kiln_vec_dot_fn avx2; } fast_variant;
-static const fast_variant avx2_variants[] = {
+/* The SIMD variant of each type in this build, called directly (whatever KILN_NO_SIMD says): AVX2 on x86 (only
+ * when the CPU has it), NEON on aarch64, none elsewhere. */
+typedef struct { kiln_type type; kiln_vec_dot_fn fn; } simd_variant;
+#if KILN_X86
+#define SIMD_ISA "avx2"
+static const simd_variant simd_variants[] = {
     {KILN_TYPE_F32, kiln_dot_f32_avx2},   {KILN_TYPE_F16, kiln_dot_f16_avx2},   {KILN_TYPE_BF16, kiln_dot_bf16_avx2},
     {KILN_TYPE_Q4_0, kiln_dot_q4_0_avx2}, {KILN_TYPE_Q4_1, kiln_dot_q4_1_avx2}, {KILN_TYPE_Q5_0, kiln_dot_q5_0_avx2},
     {KILN_TYPE_Q5_1, kiln_dot_q5_1_avx2}, {KILN_TYPE_Q8_0, kiln_dot_q8_0_avx2}, {KILN_TYPE_Q2_K, kiln_dot_q2_K_avx2},
     {KILN_TYPE_Q3_K, kiln_dot_q3_K_avx2}, {KILN_TYPE_Q4_K, kiln_dot_q4_K_avx2}, {KILN_TYPE_Q5_K, kiln_dot_q5_K_avx2},
     {KILN_TYPE_Q6_K, kiln_dot_q6_K_avx2},
 };
+static bool have_simd(void) { return kiln_cpu_has_avx2(); }
+#elif KILN_NEON
+#define SIMD_ISA "neon"
+static const simd_variant simd_variants[] = {
+    {KILN_TYPE_F32, kiln_dot_f32_neon},   {KILN_TYPE_F16, kiln_dot_f16_neon},   {KILN_TYPE_Q4_0, kiln_dot_q4_0_neon},
+    {KILN_TYPE_Q8_0, kiln_dot_q8_0_neon}, {KILN_TYPE_Q4_K, kiln_dot_q4_K_neon}, {KILN_TYPE_Q6_K, kiln_dot_q6_K_neon},
+};
+static bool have_simd(void) { return true; }
+#else
+#define SIMD_ISA "none"
+static const simd_variant simd_variants[] = {{KILN_TYPE_F32, kiln_dot_f32}};
+static bool have_simd(void) { return false; }
+#endif
+#define N_SIMD (sizeof simd_variants / sizeof simd_variants[0])
 
 TEST(formats_dots_match_reference) {
     gguf_file *f = open_vectors();
     REQUIRE(f);
     float *w = malloc(sizeof(float) * COLS), *a = malloc(sizeof(float) * COLS);
-    const bool have_avx2 = kiln_cpu_has_avx2();
-    if (!have_avx2) printf("note: no AVX2 on this CPU, AVX2 dots not checked\n");
+    const bool simd_ok = have_simd();
+    if (!simd_ok) printf("note: no SIMD variant in this build or CPU, only vec_dot_fast checked\n");
     for (size_t k = 0; k < N_TESTED; k++) {
         const kiln_type t = tested_types[k];
         const kiln_type_info *ti = kiln_type_get(t);
@@ -209,9 +228,9 @@ TEST(formats_dots_match_reference) {
         if (!q || !dot || !x) continue;
         REQUIRE(ti->vec_dot && ti->vec_dot_fast);
         dequantize_activation(vdt, x->data, a, COLS);
-        kiln_vec_dot_fn avx2 = NULL;
-        for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++)
-            if (avx2_variants[v].type == t) avx2 = avx2_variants[v].avx2;
+        kiln_vec_dot_fn simd = NULL;
+        for (size_t v = 0; v < N_SIMD; v++)
+            if (simd_variants[v].type == t) simd = simd_variants[v].fn;
         const size_t rb = kiln_row_bytes(t, COLS);
         for (int r = 0; r < ROWS; r++) {
             const void *row = (const uint8_t *)q->data + r * rb;
@@ -227,7 +246,7 @@ TEST(formats_dots_match_reference) {
                 CHECKF(fabs((double)s - want) <= tol, "%s row %d: scalar dot %.9g vs dot %.9g (tol %.3g)", ti->name, r, s,
                        want, tol);
             }
-            kiln_vec_dot_fn fasts[2] = {ti->vec_dot_fast, have_avx2 ? avx2 : NULL};
+            kiln_vec_dot_fn fasts[2] = {ti->vec_dot_fast, simd_ok ? simd : NULL};
             for (int v = 0; v < 2; v++) {
                 if (!fasts[v]) continue;
                 float fs = NAN;
@@ -235,7 +254,7 @@ TEST(formats_dots_match_reference) {
                 const double ref2 = generic ? ((const float *)generic->data)[r] : want;
                 const double err = fmin(fabs((double)fs - want), fabs((double)fs - ref2));
                 CHECKF(err <= tol, "%s row %d: %s dot %.9g vs dot %.9g / generic %.9g (tol %.3g)", ti->name, r,
-                       v ? "avx2" : "fast", fs, want, ref2, tol);
+                       v ? SIMD_ISA : "fast", fs, want, ref2, tol);
             }
         }
     }
@@ -246,8 +265,8 @@ TEST(formats_dots_match_reference) {
 
 /* Fast variants against the scalar reference on fresh random inputs of several lengths. */
 TEST(formats_fast_dots_match_scalar_on_random_rows) {
-    if (!kiln_cpu_has_avx2()) {
-        test_skip("no AVX2 on this CPU");
+    if (!have_simd()) {
+        test_skip("no SIMD variant in this build or CPU");
         return;
     }
     uint64_t rng = 0x6b696c6e2d666d74ull;
@@ -259,8 +278,8 @@ TEST(formats_fast_dots_match_scalar_on_random_rows) {
     float *wd = malloc(sizeof(float) * max_n), *xd = malloc(sizeof(float) * max_n);
     uint8_t *wq = malloc(sizeof(float) * max_n), *xq = malloc(sizeof(float) * max_n);
     int checked = 0;
-    for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++) {
-        const kiln_type t = avx2_variants[v].type;
+    for (size_t v = 0; v < N_SIMD; v++) {
+        const kiln_type t = simd_variants[v].type;
         const kiln_type_info *ti = kiln_type_get(t);
         const int *lengths = ti->block_size == 256 ? lengths_k : ti->block_size == 32 ? lengths_small : lengths_float;
         const int n_len = ti->block_size == 256 ? 5 : ti->block_size == 32 ? 6 : 7;
@@ -282,9 +301,9 @@ TEST(formats_fast_dots_match_scalar_on_random_rows) {
                 const double tol = 4.0 * FLT_EPSILON * abs_product_sum(wd, xd, n);
                 float ref = NAN, fast = NAN;
                 ti->vec_dot(n, &ref, wq, xq);
-                avx2_variants[v].avx2(n, &fast, wq, xq);
-                CHECKF(fabs((double)fast - ref) <= tol && tol > 0, "%s n=%d trial %d: avx2 %.9g vs scalar %.9g (tol %.3g)",
-                       ti->name, n, trial, fast, ref, tol);
+                simd_variants[v].fn(n, &fast, wq, xq);
+                CHECKF(fabs((double)fast - ref) <= tol && tol > 0, "%s n=%d trial %d: %s %.9g vs scalar %.9g (tol %.3g)",
+                       ti->name, n, trial, SIMD_ISA, fast, ref, tol);
                 checked++;
             }
         }
@@ -301,8 +320,8 @@ TEST(formats_arbitrary_block_bytes) {
     uint8_t *w = malloc(sizeof(float) * n), *act = malloc(sizeof(float) * n);
     float *wd = malloc(sizeof(float) * n), *xd = malloc(sizeof(float) * n), *xf = malloc(sizeof(float) * n);
     int compared = 0;
-    for (size_t v = 0; v < sizeof avx2_variants / sizeof avx2_variants[0]; v++) {
-        const kiln_type t = avx2_variants[v].type;
+    for (size_t v = 0; v < N_SIMD; v++) {
+        const kiln_type t = simd_variants[v].type;
         const kiln_type_info *ti = kiln_type_get(t);
         for (int trial = 0; trial < 32; trial++) {
             for (size_t i = 0; i < kiln_row_bytes(t, n); i++) w[i] = (uint8_t)test_rand_u64(&rng);
@@ -328,7 +347,7 @@ TEST(formats_arbitrary_block_bytes) {
             kiln_type_get(ti->vec_dot_type)->to_float(act, xd, n);
             float ref = 0, fast = 0;
             ti->vec_dot(n, &ref, w, act);
-            if (kiln_cpu_has_avx2()) avx2_variants[v].avx2(n, &fast, w, act);
+            if (have_simd()) simd_variants[v].fn(n, &fast, w, act);
             else fast = ref;
             const double mag = abs_product_sum(wd, xd, n);
             if (isfinite(mag) && isfinite(ref) && mag < 1e30) {
@@ -338,13 +357,16 @@ TEST(formats_arbitrary_block_bytes) {
             }
         }
     }
-    CHECK(compared >= 13 * 16);
+    CHECK(compared >= (int)N_SIMD * 16);
     printf("compared %d rows of arbitrary bytes\n", compared);
     free(w); free(act); free(wd); free(xd); free(xf);
 }
 
 /* The AVX2 activation quantizers give the reference bytes on random rows too (ties included). */
 TEST(formats_fast_activation_quantizers_match_scalar) {
+#if !KILN_X86
+    test_skip("the fast quantizers are AVX2 (x86) only; other builds use the reference ones");
+#else
     if (!kiln_cpu_has_avx2()) {
         test_skip("no AVX2 on this CPU");
         return;
@@ -366,11 +388,15 @@ TEST(formats_fast_activation_quantizers_match_scalar) {
         CHECKF(!memcmp(a, b, kiln_row_bytes(KILN_TYPE_Q8_K, n)), "q8_K trial %d differs", trial);
     }
     free(x); free(a); free(b);
+#endif
 }
 
 /* The fast exact quantizers (kiln_from_float_fast) give the reference bytes: on the vectors' source
  * (edge rows included) and on random rows with constant, zero, tiny and outlier sub-blocks. */
 TEST(formats_fast_quantizers_equal_reference) {
+#if !KILN_X86
+    test_skip("the fast quantizers are AVX2 (x86) only; other builds use the reference ones");
+#else
     if (!kiln_cpu_has_avx2()) {
         test_skip("no AVX2 on this CPU");
         return;
@@ -426,6 +452,7 @@ TEST(formats_fast_quantizers_equal_reference) {
     CHECK(!memcmp(a, b, sizeof(uint16_t) * (size_t)nc));
     free(x); free(a); free(b);
     gguf_close(f);
+#endif
 }
 
 /* ------------------------------------------------------------------------------ round trips */
