@@ -210,10 +210,13 @@ build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(CLI_ASAN_NOMA
 build/asan/kiln: $(CLI_ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(ASAN_OBJ)
 	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
-test-build: build/asan/kiln_tests build/asan/kiln build $(if $(CROSS_CC_FOUND),cross-aarch64)
+test-build: build/asan/kiln_tests build/asan/kiln build $(if $(CROSS_CC_FOUND),cross-aarch64 build/aarch64/kiln_kernel_tests)
 
 test: test-deps
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
+	@if command -v $(CROSS_CC) >/dev/null 2>&1 && command -v $(QEMU_AARCH64) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory test-aarch64; \
+	else echo "kiln: $(CROSS_CC) or $(QEMU_AARCH64) missing: the aarch64 tests did not run"; fi
 	@KILN_SHARED=$(KILN_SHARED) KILN_BIN=build/asan/kiln KILN_REL_BIN=./kiln sh scripts/run-tests.sh
 
 # ---- benchmarks and fuzzing ----

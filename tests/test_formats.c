@@ -312,6 +312,78 @@ TEST(formats_fast_dots_match_scalar_on_random_rows) {
     free(wf); free(xf); free(wd); free(xd); free(wq); free(xq);
 }
 
+#if KILN_NEON
+/* The element (0..15 of a 16-byte half) to int32 lane map of the reference engine's NEON dot: the dot-product
+ * instruction where the target has it, else its widening fallback (pairs 2l, 2l+1 of each 8-byte half). */
+static int neon_lane(int e) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return e / 4;
+#else
+    return (e % 8) / 2;
+#endif
+}
+
+/* A scalar model of ggml's NEON Q8_0 / Q4_0 order (ggml-cpu arch/arm quants.c): blocks in pairs into two 4-lane
+ * accumulators (lane = exact integer sum, times the block scale dx * dy, fused), each reduced pairwise, the two
+ * added, an odd last block in scalar (Q8_0: sumi * (dx * dy); Q4_0: sumi * dx * dy, fused into the sum). w and y:
+ * the nb * 32 integer values in activation order. */
+static float neon_order_model(int nb, const int *w, const int8_t *y, const float *dx, const float *dy, bool q4) {
+    float acc[2][4] = {{0}};
+    int ib = 0;
+    for (; ib + 1 < nb; ib += 2)
+        for (int k = 0; k < 2; k++) {
+            int lanes[4] = {0};
+            for (int e = 0; e < 32; e++) lanes[neon_lane(e % 16)] += w[(ib + k) * 32 + e] * y[(ib + k) * 32 + e];
+            for (int l = 0; l < 4; l++) acc[k][l] = fmaf((float)lanes[l], dx[ib + k] * dy[ib + k], acc[k][l]);
+        }
+    float sum = ((acc[0][0] + acc[0][1]) + (acc[0][2] + acc[0][3])) + ((acc[1][0] + acc[1][1]) + (acc[1][2] + acc[1][3]));
+    for (; ib < nb; ib++) {
+        int sumi = 0;
+        for (int e = 0; e < 32; e++) sumi += w[ib * 32 + e] * y[ib * 32 + e];
+        sum = q4 ? fmaf((float)sumi * dx[ib], dy[ib], sum) : fmaf((float)sumi, dx[ib] * dy[ib], sum);
+    }
+    return sum;
+}
+
+/* The NEON Q8_0 and Q4_0 dots equal the model of the reference engine's NEON order bit for bit (odd and even
+ * block counts), so a greedy run on Arm follows the reference's near-ties as the AVX2 kernels do on x86. */
+TEST(formats_neon_q8_0_q4_0_follow_the_reference_order) {
+    enum { MAXB = 33 };
+    static const int blocks[] = {1, 2, 3, 7, 32, 33};
+    uint64_t rng = 0x6e656f6e;
+    float xf[MAXB * 32], dx8[MAXB], dx4[MAXB], dy[MAXB];
+    int w8v[MAXB * 32], w4v[MAXB * 32];
+    int8_t yv[MAXB * 32];
+    block_q8_0 w8[MAXB], act[MAXB];
+    block_q4_0 w4[MAXB];
+    for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+        const int nb = blocks[bi], n = nb * 32;
+        for (int trial = 0; trial < 8; trial++) {
+            for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng) * (float)(1 + i % 5);
+            kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, xf, act, n);
+            for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng);
+            kiln_q8_0_from_float(xf, w8, n);
+            kiln_q4_0_from_float(xf, w4, n);
+            for (int b = 0; b < nb; b++) {
+                dy[b] = kiln_f16_to_f32(act[b].d), dx8[b] = kiln_f16_to_f32(w8[b].d), dx4[b] = kiln_f16_to_f32(w4[b].d);
+                memcpy(yv + b * 32, act[b].qs, 32);
+                for (int e = 0; e < 32; e++) w8v[b * 32 + e] = w8[b].qs[e];
+                for (int e = 0; e < 16; e++) {
+                    w4v[b * 32 + e] = (w4[b].qs[e] & 0x0F) - 8;
+                    w4v[b * 32 + 16 + e] = (w4[b].qs[e] >> 4) - 8;
+                }
+            }
+            float got, want = neon_order_model(nb, w8v, yv, dx8, dy, false);
+            kiln_dot_q8_0_neon(n, &got, w8, act);
+            CHECKF(!memcmp(&got, &want, sizeof got), "q8_0 %d blocks trial %d: neon %.9g, model %.9g", nb, trial, got, want);
+            want = neon_order_model(nb, w4v, yv, dx4, dy, true);
+            kiln_dot_q4_0_neon(n, &got, w4, act);
+            CHECKF(!memcmp(&got, &want, sizeof got), "q4_0 %d blocks trial %d: neon %.9g, model %.9g", nb, trial, got, want);
+        }
+    }
+}
+#endif
+
 /* Arbitrary block bytes (as a corrupt or hostile file could hold): dequantization and every dot run without
  * undefined behaviour (UBSan), and where everything is finite the AVX2 dot agrees with the scalar one. */
 TEST(formats_arbitrary_block_bytes) {
