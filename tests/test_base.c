@@ -97,22 +97,32 @@ static void for_check(for_ctx *c, const char *what, int run) {
 
 /* n_threads 1..4, sizes 0..4096 and grains 1, 7, 16, 1000 runs each: every item of every run is computed exactly
  * once, each range is grain-aligned, each call's thread is in 0..size-1 and no thread is in two calls at once;
- * one thread computes the whole run in a single call. */
+ * one thread computes the whole run in a single call. The pool is reopened every 100 runs (a stall on this busy
+ * machine makes a pool compute its next runs alone), and some runs must have used several threads. */
 TEST(base_pool_for_computes_every_chunk_once) {
     const int sizes[] = {0, 1, 5, 16, 61, 577, 4096}, grains[] = {1, 7, 16};
     for (int nt = 1; nt <= 4 && !test_failures(); nt++) {
-        kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(nt, &p));
-        CHECK_EQ_INT(kiln_pool_size(p), nt);
+        kiln_pool *p = NULL;
+        int shared_runs = 0;
         for (int run = 0; run < 1000 && !test_failures(); run++) {
+            if (run % 100 == 0) {
+                kiln_pool_close(p);
+                REQUIRE_OK(kiln_pool_open(nt, &p));
+                CHECK_EQ_INT(kiln_pool_size(p), nt);
+            }
             static for_ctx c;
             memset(&c, 0, sizeof c);
             c.n = sizes[run % 7], c.grain = grains[run % 3], c.size = nt, c.sleep_ith = -1, c.seed = run % 5 ? 0 : (uint64_t)run;
             kiln_pool_for(p, c.n, c.grain, for_work, &c);
             for_check(&c, "pool_for", run);
             if (nt == 1) CHECKF(c.calls == (c.n > 0), "1 thread: %d calls for %d items", (int)c.calls, c.n);
+            int first = c.n ? c.by[0] : 0, several = 0;
+            for (int i = 1; i < c.n; i++) several |= c.by[i] != first;
+            shared_runs += several;
         }
         kiln_pool_close(p);
+        printf("  %d threads: %d of 1000 runs computed on several threads\n", nt, shared_runs);
+        if (nt > 1) CHECKF(shared_runs > 0, "%d threads: no run used more than one thread", nt);
     }
 }
 

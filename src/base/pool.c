@@ -4,6 +4,7 @@
 #include "base/pool.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/timing.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -25,6 +26,12 @@ static inline void cpu_relax(void) {
 #define SPIN_BEFORE_YIELD 2000
 /* chunks per thread of a run: enough for a busy thread's share to be taken over in pieces */
 #define CHUNKS_PER_THREAD 16
+/* A stall: the caller waited for claimed chunks longer than its own part of the run took, plus this slack (on a
+ * quiet machine the wait is at most one chunk). It means a thread was descheduled inside a chunk: the machine is
+ * oversubscribed, so the next SOLO_RUNS runs are computed by the caller alone (the workers fall asleep and
+ * leave their cores to the others), then the pool tries its threads again. */
+#define STALL_SLACK_NS 200000
+#define SOLO_RUNS 1000
 
 /* One thread's share of the current run, on its own cache line. range holds the unclaimed chunks [lo, hi), lo in
  * the low 32 bits: the owner claims lo, the others hi - 1. done counts the share's chunks finished this run. */
@@ -50,6 +57,7 @@ struct kiln_pool {
     void *share_ctx;
     kiln_counters *sink;     /* the caller's counter sink, carried to the workers for the run */
     int n_items, chunk;
+    int solo_left;           /* the caller's: runs still to compute alone after a stall */
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
     _Atomic bool quit;
@@ -191,15 +199,22 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     const int grains = n / grain + (n % grain != 0), target = CHUNKS_PER_THREAD * p->n;
     const int chunk = grain * (grains / target + (grains % target != 0));
     const int n_chunks = n / chunk + (n % chunk != 0);
-    if (p->n == 1 || n_chunks == 1) { fn(ctx, 0, n, 0); return; }
+    if (p->n == 1 || n_chunks == 1 || p->solo_left > 0) {
+        if (p->solo_left > 0) p->solo_left--;
+        fn(ctx, 0, n, 0);
+        return;
+    }
     p->fn = fn;
     p->ctx = ctx;
     p->sink = kiln_counters_sink();
     p->n_items = n;
     p->chunk = chunk;
+    const uint64_t t0 = kiln_now_ns();
     publish(p, n_chunks);
     work(p, 0);
+    const uint64_t t1 = kiln_now_ns();
     wait_done(p, n_chunks);
+    if (kiln_now_ns() - t1 > t1 - t0 + STALL_SLACK_NS) p->solo_left = SOLO_RUNS;
 }
 
 static void run_shares(void *ctx, int lo, int hi, int ith) {

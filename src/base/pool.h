@@ -4,7 +4,10 @@
  * share in order, then steals the remaining chunks of the other shares from their far end. The caller returns
  * as soon as every chunk is done: it never waits for a worker that has not claimed a chunk (a worker that wakes
  * late finds the run's chunks taken), only for chunks already being computed. On a quiet machine every thread
- * computes its own contiguous share, as a static split would. Nothing is allocated per run; workers spin
+ * computes its own contiguous share, as a static split would. After a stall (the caller waited for a chunk
+ * longer than its own part of the run took: a thread was descheduled inside a chunk, the machine is
+ * oversubscribed) the caller computes the next runs alone (about 1000, a few tokens), so a busy machine
+ * costs at most the one-thread speed; then it tries the threads again. Nothing is allocated per run; workers spin
  * briefly, then sleep on a condition variable. The caller's counter sink (base/alloc.h) is carried to the
  * workers for the run, so what they count belongs to the caller. One run at a time per pool.
  */
@@ -24,7 +27,8 @@ int kiln_pool_size(const kiln_pool *p);
 
 /* Calls fn on disjoint ranges [lo, hi) that together cover [0, n) exactly once, then returns (n <= 0: no call).
  * Every range starts at a multiple of grain (>= 1) and is a whole number of grains long except where hi == n; the
- * pool picks the length (about 16 ranges per thread; one range when the pool has one thread).
+ * pool picks the length (about 16 ranges per thread; one range, on the caller, when the pool has one thread or
+ * runs alone after a stall).
  * ith is the thread that computes the range: two calls with the same ith never overlap, so ith may index
  * per-thread scratch. Which thread computes which range varies from run to run: fn must compute each item the
  * same way whatever its range and thread (then the results are bit-identical for any thread count). */
