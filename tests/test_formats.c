@@ -382,6 +382,58 @@ TEST(formats_neon_q8_0_q4_0_follow_the_reference_order) {
         }
     }
 }
+
+/* ggml's NEON Q4_K / Q6_K order: per super-block the exact integer sums, then (Q4_K) sum -= dmin * mins and
+ * sum += d * sumi, (Q6_K) sum += (d * y.d) * (isum - 32 * mins), each fused. Computed here from the dequantized
+ * integers of the scalar path. */
+static float neon_k_model(kiln_type t, int n, const void *w, const block_q8_K *y) {
+    float sum = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        int sumi = 0, mins = 0;
+        if (t == KILN_TYPE_Q4_K) {
+            const block_q4_K *x = (const block_q4_K *)w + i;
+            uint8_t sc[8], mn[8];
+            kiln_k4_scales_mins(x->scales, sc, mn);
+            for (int j = 0; j < 8; j++) {
+                int s32 = 0;
+                for (int l = 0; l < 32; l++) s32 += ((x->qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) * y[i].qs[32 * j + l];
+                sumi += sc[j] * s32;
+                mins += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+            }
+            sum = fmaf(-(y[i].d * kiln_f16_to_f32(x->dmin)), (float)mins, sum);
+            sum = fmaf(y[i].d * kiln_f16_to_f32(x->d), (float)sumi, sum);
+        } else {
+            const block_q6_K *x = (const block_q6_K *)w + i;
+            for (int v = 0; v < QK_K; v++) { /* value v: half v / 128, quarter (v % 128) / 32, lane l */
+                const int h = v / 128, qr = (v % 128) / 32, l = v % 32;
+                const int lo = (x->ql[64 * h + l + 32 * (qr % 2)] >> (4 * (qr / 2))) & 0xF;
+                const int hi = (x->qh[32 * h + l] >> (2 * qr)) & 3;
+                sumi += x->scales[v / 16] * ((lo | hi << 4) - 32) * y[i].qs[v];
+            }
+            sum = fmaf(kiln_f16_to_f32(x->d) * y[i].d, (float)sumi, sum);
+        }
+    }
+    return sum;
+}
+
+TEST(formats_neon_k_dots_follow_the_reference_order) {
+    uint64_t rng = 0x6b6b6b;
+    const int n = 1024;
+    float xf[1024];
+    uint8_t w[1024 * 2];
+    block_q8_K act[4];
+    const kiln_type types[] = {KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    for (int k = 0; k < 2; k++)
+        for (int trial = 0; trial < 16; trial++) {
+            for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng) * (trial % 4 ? 1.0f : 0.01f);
+            kiln_type_get(types[k])->from_float(xf, w, n);
+            for (int i = 0; i < n; i++) xf[i] = test_rand_normal(&rng);
+            kiln_quantize_row_for_dot(types[k], xf, act, n);
+            float got, want = neon_k_model(types[k], n, w, act);
+            (k ? kiln_dot_q6_K_neon : kiln_dot_q4_K_neon)(n, &got, w, act);
+            CHECKF(!memcmp(&got, &want, sizeof got), "%s trial %d: neon %.9g, model %.9g", tname(types[k]), trial, got, want);
+        }
+}
 #endif
 
 /* Arbitrary block bytes (as a corrupt or hostile file could hold): dequantization and every dot run without
