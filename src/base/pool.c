@@ -28,10 +28,12 @@ static inline void cpu_relax(void) {
 #define CHUNKS_PER_THREAD 16
 /* A stall: the caller waited for claimed chunks longer than its own part of the run took, plus this slack (on a
  * quiet machine the wait is at most one chunk). It means a thread was descheduled inside a chunk: the machine is
- * oversubscribed, so the next SOLO_RUNS runs are computed by the caller alone (the workers fall asleep and
- * leave their cores to the others), then the pool tries its threads again. */
+ * oversubscribed, so the caller computes the next runs alone (the workers fall asleep and leave their cores to
+ * the others), then the pool tries its threads again. The solo stretch starts at SOLO_RUNS and doubles with each
+ * stall up to SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a stall bring it back to SOLO_RUNS. */
 #define STALL_SLACK_NS 200000
 #define SOLO_RUNS 1000
+#define SOLO_RUNS_MAX 64000
 
 /* One thread's share of the current run, on its own cache line. range holds the unclaimed chunks [lo, hi), lo in
  * the low 32 bits: the owner claims lo, the others hi - 1. done counts the share's chunks finished this run. */
@@ -58,6 +60,8 @@ struct kiln_pool {
     kiln_counters *sink;     /* the caller's counter sink, carried to the workers for the run */
     int n_items, chunk;
     int solo_left;           /* the caller's: runs still to compute alone after a stall */
+    int solo_next;           /* the caller's: the length of the next solo stretch */
+    int calm_runs;           /* the caller's: parallel runs since the last stall */
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
     _Atomic bool quit;
@@ -126,6 +130,7 @@ kiln_status kiln_pool_open(int n_threads, kiln_pool **out) {
     if (!p) return kiln_fail(KILN_ERR_NOMEM, "kiln_pool_open: out of memory");
     memset(p, 0, sizeof *p);
     p->n = 1;
+    p->solo_next = SOLO_RUNS;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = kiln_calloc((size_t)n_threads, sizeof(pthread_t));
@@ -193,6 +198,17 @@ static void wait_done(kiln_pool *p, int n_chunks) {
     }
 }
 
+/* After a parallel run: a stall starts a solo stretch (doubling while stalls recur), a calm stretch resets it. */
+static void note_stall(kiln_pool *p, bool stalled) {
+    if (!stalled) {
+        if (++p->calm_runs >= SOLO_RUNS) p->solo_next = SOLO_RUNS;
+        return;
+    }
+    p->calm_runs = 0;
+    p->solo_left = p->solo_next;
+    p->solo_next = p->solo_next * 2 < SOLO_RUNS_MAX ? p->solo_next * 2 : SOLO_RUNS_MAX;
+}
+
 void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
@@ -214,7 +230,7 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     work(p, 0);
     const uint64_t t1 = kiln_now_ns();
     wait_done(p, n_chunks);
-    if (kiln_now_ns() - t1 > t1 - t0 + STALL_SLACK_NS) p->solo_left = SOLO_RUNS;
+    note_stall(p, kiln_now_ns() - t1 > t1 - t0 + STALL_SLACK_NS);
 }
 
 static void run_shares(void *ctx, int lo, int hi, int ith) {

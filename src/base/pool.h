@@ -6,8 +6,8 @@
  * late finds the run's chunks taken), only for chunks already being computed. On a quiet machine every thread
  * computes its own contiguous share, as a static split would. After a stall (the caller waited for a chunk
  * longer than its own part of the run took: a thread was descheduled inside a chunk, the machine is
- * oversubscribed) the caller computes the next runs alone (about 1000, a few tokens), so a busy machine
- * costs at most the one-thread speed; then it tries the threads again. Nothing is allocated per run; workers spin
+ * oversubscribed) the caller computes the next runs alone (1000, a few tokens, doubling while stalls recur, up
+ * to 64000), so a busy machine costs about the one-thread speed; then it tries the threads again. Nothing is allocated per run; workers spin
  * briefly, then sleep on a condition variable. The caller's counter sink (base/alloc.h) is carried to the
  * workers for the run, so what they count belongs to the caller. One run at a time per pool.
  */
