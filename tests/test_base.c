@@ -150,6 +150,35 @@ TEST(base_pool_for_takes_over_a_stalled_workers_share) {
     }
 }
 
+/* What the workers count during a chunked run goes to the caller's sink: every item allocates once, on whichever
+ * thread computes it, and the caller's sink holds them all (runs until a worker computed some of them). */
+typedef struct { _Atomic int on_worker; } sink_run;
+static void alloc_items(void *ctx, int lo, int hi, int ith) {
+    sink_run *r = ctx;
+    for (int i = lo; i < hi; i++) {
+        kiln_free(kiln_malloc(8));
+        if (ith) atomic_fetch_add(&r->on_worker, 1);
+        for (volatile int k = 0; k < 2000; k++) {}
+    }
+}
+
+TEST(base_pool_for_carries_the_counter_sink) {
+    kiln_pool *p;
+    REQUIRE_OK(kiln_pool_open(2, &p));
+    sink_run r = {0};
+    int runs = 0;
+    for (; runs < 50 && !r.on_worker; runs++) {
+        kiln_counters sink = {0}, got;
+        kiln_counters *prev = kiln_counters_enter(&sink);
+        kiln_pool_for(p, 256, 1, alloc_items, &r);
+        kiln_counters_leave(prev);
+        kiln_counters_snapshot(&sink, &got);
+        CHECK_EQ_INT(got.host_allocs, 256);
+    }
+    CHECKF(r.on_worker > 0, "no item ran on the worker in %d runs", runs);
+    kiln_pool_close(p);
+}
+
 TEST(base_counted_allocs_are_counted) {
     kiln_counters a, b;
     kiln_counters_read(&a);
