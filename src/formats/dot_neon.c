@@ -189,15 +189,18 @@ static inline int32_t q6_K_half(const uint8_t *ql, const uint8_t *qh, const int8
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(3);
     const uint8x16_t h0 = vld1q_u8(qh), h1 = vld1q_u8(qh + 16);
     const uint8x16_t l0 = vld1q_u8(ql), l1 = vld1q_u8(ql + 16), l2 = vld1q_u8(ql + 32), l3 = vld1q_u8(ql + 48);
+/* bits shift, shift + 1 of h as bits 4, 5 (HI2_0: shift 0; a NEON shift by an immediate 0 is not valid) */
+#define HI2_0(h) vshlq_n_u8(vandq_u8(h, m2), 4)
 #define HI2(h, shift) vshlq_n_u8(vandq_u8(vshrq_n_u8(h, shift), m2), 4)
-    int32_t sum = dot16(vorrq_u8(vandq_u8(l0, m4), HI2(h0, 0)), y) * sc[0] +
-                  dot16(vorrq_u8(vandq_u8(l1, m4), HI2(h1, 0)), y + 16) * sc[1] +
+    int32_t sum = dot16(vorrq_u8(vandq_u8(l0, m4), HI2_0(h0)), y) * sc[0] +
+                  dot16(vorrq_u8(vandq_u8(l1, m4), HI2_0(h1)), y + 16) * sc[1] +
                   dot16(vorrq_u8(vandq_u8(l2, m4), HI2(h0, 2)), y + 32) * sc[2] +
                   dot16(vorrq_u8(vandq_u8(l3, m4), HI2(h1, 2)), y + 48) * sc[3];
     sum += dot16(vorrq_u8(vshrq_n_u8(l0, 4), HI2(h0, 4)), y + 64) * sc[4] +
            dot16(vorrq_u8(vshrq_n_u8(l1, 4), HI2(h1, 4)), y + 80) * sc[5] +
            dot16(vorrq_u8(vshrq_n_u8(l2, 4), HI2(h0, 6)), y + 96) * sc[6] +
            dot16(vorrq_u8(vshrq_n_u8(l3, 4), HI2(h1, 6)), y + 112) * sc[7];
+#undef HI2_0
 #undef HI2
     return sum;
 }
