@@ -62,7 +62,7 @@ typedef struct for_ctx {
     _Atomic int by[FOR_MAX];     /* the thread that computed each item */
     _Atomic int busy[8];         /* per thread: inside a call now */
     _Atomic int bad_ith, bad_range, overlap, calls, max_len;
-    int n, grain, size, sleep_ith, sleep_us;
+    int n, grain, size, sleep_ith, sleep_us, item_work; /* item_work: extra spin iterations per item */
     _Atomic int slept;           /* sleep_ith slept once in this run (1) */
     uint64_t seed;               /* > 0: some calls sleep a few microseconds (shuffles the interleavings) */
 } for_ctx;
@@ -82,7 +82,7 @@ static void for_work(void *ctx, int lo, int hi, int ith) {
     for (int i = lo > 0 ? lo : 0; i < hi && i < FOR_MAX; i++) {
         atomic_fetch_add(&c->hits[i], 1);
         atomic_store(&c->by[i], ith);
-        for (volatile int k = 0; k < 50; k++) {} /* some work, so that every thread gets to claim */
+        for (volatile int k = 0; k < 50 + c->item_work; k++) {} /* some work, so that every thread gets to claim */
     }
     atomic_store(&c->busy[ith], 0);
 }
@@ -131,23 +131,47 @@ TEST(base_pool_for_computes_every_chunk_once) {
  * its whole share). Runs until the sleeper did claim a chunk (a worker can also wake after every chunk is taken). */
 TEST(base_pool_for_takes_over_a_stalled_workers_share) {
     for (int nt = 2; nt <= 4; nt++) {
-        kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(nt, &p));
         int tries = 0;
         static for_ctx c;
-        do {
+        do { /* a fresh pool each time: a busy machine makes a pool run alone for a while */
+            kiln_pool *p;
+            REQUIRE_OK(kiln_pool_open(nt, &p));
             memset(&c, 0, sizeof c);
-            c.n = FOR_MAX, c.grain = 1, c.size = nt, c.sleep_ith = nt - 1, c.sleep_us = 200000;
+            c.n = FOR_MAX, c.grain = 1, c.size = nt, c.sleep_ith = nt - 1, c.sleep_us = 200000, c.item_work = 1000;
             kiln_pool_for(p, c.n, c.grain, for_work, &c);
             for_check(&c, "stalled worker", tries);
+            kiln_pool_close(p);
         } while (!c.slept && ++tries < 50 && !test_failures());
         REQUIREF(c.slept, "%d threads: worker %d never claimed a chunk in 50 runs", nt, nt - 1);
         int mine = 0;
         for (int i = 0; i < c.n; i++) mine += c.by[i] == c.sleep_ith;
         CHECKF(mine <= c.max_len, "%d threads: the stalled worker computed %d items, more than its one chunk (%d)", nt,
                mine, (int)c.max_len);
+    }
+}
+
+/* After a stall (a worker stopped 100 ms inside a chunk) the caller computes the next run alone, in one call. */
+TEST(base_pool_for_runs_alone_after_a_stall) {
+    static for_ctx c;
+    for (int tries = 0; tries < 50; tries++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        memset(&c, 0, sizeof c);
+        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 100000, c.item_work = 1000;
+        kiln_pool_for(p, c.n, c.grain, for_work, &c);
+        if (c.slept) {
+            memset(&c, 0, sizeof c);
+            c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = 1000;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "after a stall", 0);
+            CHECKF(c.calls == 1 && c.by[c.n - 1] == 0, "after a stall: %d calls, last item on thread %d", (int)c.calls,
+                   (int)c.by[c.n - 1]);
+            kiln_pool_close(p);
+            return;
+        }
         kiln_pool_close(p);
     }
+    test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
 }
 
 /* What the workers count during a chunked run goes to the caller's sink: every item allocates once, on whichever
@@ -163,20 +187,20 @@ static void alloc_items(void *ctx, int lo, int hi, int ith) {
 }
 
 TEST(base_pool_for_carries_the_counter_sink) {
-    kiln_pool *p;
-    REQUIRE_OK(kiln_pool_open(2, &p));
     sink_run r = {0};
     int runs = 0;
-    for (; runs < 50 && !r.on_worker; runs++) {
+    for (; runs < 50 && !r.on_worker; runs++) { /* a fresh pool each time: a busy machine makes one run alone */
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
         kiln_counters sink = {0}, got;
         kiln_counters *prev = kiln_counters_enter(&sink);
         kiln_pool_for(p, 256, 1, alloc_items, &r);
         kiln_counters_leave(prev);
         kiln_counters_snapshot(&sink, &got);
         CHECK_EQ_INT(got.host_allocs, 256);
+        kiln_pool_close(p);
     }
     CHECKF(r.on_worker > 0, "no item ran on the worker in %d runs", runs);
-    kiln_pool_close(p);
 }
 
 TEST(base_counted_allocs_are_counted) {

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 /* One spin step: a pause hint on x86, a yield hint on Arm, nothing elsewhere. */
 static inline void cpu_relax(void) {
@@ -26,12 +27,18 @@ static inline void cpu_relax(void) {
 #define SPIN_BEFORE_YIELD 2000
 /* chunks per thread of a run: enough for a busy thread's share to be taken over in pieces */
 #define CHUNKS_PER_THREAD 16
-/* A stall: the caller waited for claimed chunks longer than its own part of the run took, plus this slack (on a
- * quiet machine the wait is at most one chunk). It means a thread was descheduled inside a chunk: the machine is
- * oversubscribed, so the caller computes the next runs alone (the workers fall asleep and leave their cores to
- * the others), then the pool tries its threads again. The solo stretch starts at SOLO_RUNS and doubles with each
- * stall up to SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a stall bring it back to SOLO_RUNS. */
+/* Signs of an oversubscribed machine, where more threads only slow the caller down:
+ *  - a stall: the caller waited for claimed chunks longer than its own part of the run took, plus STALL_SLACK_NS
+ *    (on a quiet machine the wait is at most one chunk): a thread was descheduled inside a chunk;
+ *  - a low CPU share: over SAMPLES sampled runs (one run in SAMPLE_EVERY), the caller's thread ran less than
+ *    MIN_CPU_SHARE of their wall time (other threads, or its own workers, took its core).
+ * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others),
+ * and tries its threads again after the stretch: SOLO_RUNS runs, doubling while the signs recur up to
+ * SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a sign bring it back to SOLO_RUNS. */
 #define STALL_SLACK_NS 200000
+#define SAMPLE_EVERY 8
+#define SAMPLES 32
+#define MIN_CPU_SHARE 0.85
 #define SOLO_RUNS 1000
 #define SOLO_RUNS_MAX 64000
 
@@ -59,9 +66,13 @@ struct kiln_pool {
     void *share_ctx;
     kiln_counters *sink;     /* the caller's counter sink, carried to the workers for the run */
     int n_items, chunk;
-    int solo_left;           /* the caller's: runs still to compute alone after a stall */
-    int solo_next;           /* the caller's: the length of the next solo stretch */
-    int calm_runs;           /* the caller's: parallel runs since the last stall */
+    /* the caller's view of the machine (see SOLO_RUNS) */
+    int solo_left;           /* runs still to compute alone */
+    int solo_next;           /* the length of the next solo stretch */
+    int calm_runs;           /* parallel runs since the last sign of oversubscription */
+    unsigned runs;           /* parallel runs, for the sampling */
+    int samples;             /* sampled runs in the current window, their thread CPU time and wall time */
+    uint64_t sample_cpu_ns, sample_wall_ns;
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
     _Atomic bool quit;
@@ -198,15 +209,36 @@ static void wait_done(kiln_pool *p, int n_chunks) {
     }
 }
 
-/* After a parallel run: a stall starts a solo stretch (doubling while stalls recur), a calm stretch resets it. */
-static void note_stall(kiln_pool *p, bool stalled) {
-    if (!stalled) {
+/* This thread's CPU time. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds one sampled run; true when a window of SAMPLES ends with the caller's CPU share below MIN_CPU_SHARE. */
+static bool cpu_share_low(kiln_pool *p, uint64_t cpu_ns, uint64_t wall_ns) {
+    p->sample_cpu_ns += cpu_ns;
+    p->sample_wall_ns += wall_ns;
+    if (++p->samples < SAMPLES) return false;
+    const bool low = (double)p->sample_cpu_ns < MIN_CPU_SHARE * (double)p->sample_wall_ns;
+    p->samples = 0;
+    p->sample_cpu_ns = p->sample_wall_ns = 0;
+    return low;
+}
+
+/* After a parallel run: a sign of oversubscription starts a solo stretch (doubling while they recur), a calm
+ * stretch resets its length. */
+static void note_busy(kiln_pool *p, bool busy) {
+    if (!busy) {
         if (++p->calm_runs >= SOLO_RUNS) p->solo_next = SOLO_RUNS;
         return;
     }
     p->calm_runs = 0;
     p->solo_left = p->solo_next;
     p->solo_next = p->solo_next * 2 < SOLO_RUNS_MAX ? p->solo_next * 2 : SOLO_RUNS_MAX;
+    p->samples = 0;
+    p->sample_cpu_ns = p->sample_wall_ns = 0;
 }
 
 void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *ctx) {
@@ -225,12 +257,16 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     p->sink = kiln_counters_sink();
     p->n_items = n;
     p->chunk = chunk;
-    const uint64_t t0 = kiln_now_ns();
+    const bool sample = ++p->runs % SAMPLE_EVERY == 0;
+    const uint64_t c0 = sample ? thread_cpu_ns() : 0, t0 = kiln_now_ns();
     publish(p, n_chunks);
     work(p, 0);
     const uint64_t t1 = kiln_now_ns();
     wait_done(p, n_chunks);
-    note_stall(p, kiln_now_ns() - t1 > t1 - t0 + STALL_SLACK_NS);
+    const uint64_t t2 = kiln_now_ns();
+    bool busy = t2 - t1 > t1 - t0 + STALL_SLACK_NS;
+    if (sample) busy |= cpu_share_low(p, thread_cpu_ns() - c0, t2 - t0);
+    note_busy(p, busy);
 }
 
 static void run_shares(void *ctx, int lo, int hi, int ith) {

@@ -4,10 +4,11 @@
  * share in order, then steals the remaining chunks of the other shares from their far end. The caller returns
  * as soon as every chunk is done: it never waits for a worker that has not claimed a chunk (a worker that wakes
  * late finds the run's chunks taken), only for chunks already being computed. On a quiet machine every thread
- * computes its own contiguous share, as a static split would. After a stall (the caller waited for a chunk
- * longer than its own part of the run took: a thread was descheduled inside a chunk, the machine is
- * oversubscribed) the caller computes the next runs alone (1000, a few tokens, doubling while stalls recur, up
- * to 64000), so a busy machine costs about the one-thread speed; then it tries the threads again. Nothing is allocated per run; workers spin
+ * computes its own contiguous share, as a static split would. On an oversubscribed machine (the caller waited for
+ * a chunk longer than its own part of the run took, i.e. a thread was descheduled inside one; or the caller's
+ * thread got less than 85% of the wall time of sampled runs) the caller computes the next runs alone (1000, a few
+ * tokens, doubling while the signs recur, up to 64000) and its workers sleep, so a busy machine costs about the
+ * one-thread speed; then it tries the threads again. Nothing is allocated per run; workers spin
  * briefly, then sleep on a condition variable. The caller's counter sink (base/alloc.h) is carried to the
  * workers for the run, so what they count belongs to the caller. One run at a time per pool.
  */
@@ -28,7 +29,7 @@ int kiln_pool_size(const kiln_pool *p);
 /* Calls fn on disjoint ranges [lo, hi) that together cover [0, n) exactly once, then returns (n <= 0: no call).
  * Every range starts at a multiple of grain (>= 1) and is a whole number of grains long except where hi == n; the
  * pool picks the length (about 16 ranges per thread; one range, on the caller, when the pool has one thread or
- * runs alone after a stall).
+ * runs alone on a busy machine).
  * ith is the thread that computes the range: two calls with the same ith never overlap, so ith may index
  * per-thread scratch. Which thread computes which range varies from run to run: fn must compute each item the
  * same way whatever its range and thread (then the results are bit-identical for any thread count). */
