@@ -150,14 +150,15 @@ TEST(base_pool_for_takes_over_a_stalled_workers_share) {
     }
 }
 
-/* After a stall (a worker stopped 100 ms inside a chunk) the caller computes the next run alone, in one call. */
+/* After a stall (a worker stopped 300 ms inside a chunk, far longer than the rest of the run takes, even under
+ * qemu) the caller computes the next run alone, in one call. */
 TEST(base_pool_for_runs_alone_after_a_stall) {
     static for_ctx c;
     for (int tries = 0; tries < 50; tries++) {
         kiln_pool *p;
         REQUIRE_OK(kiln_pool_open(2, &p));
         memset(&c, 0, sizeof c);
-        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 100000, c.item_work = 1000;
+        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 300000, c.item_work = 200;
         kiln_pool_for(p, c.n, c.grain, for_work, &c);
         if (c.slept) {
             memset(&c, 0, sizeof c);
