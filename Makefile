@@ -8,6 +8,7 @@
 #   make bench      benchmarks (bench/), results go to bench/RESULTS.md by hand
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
 #   make cross-aarch64   compiles every library and tool .c file with aarch64-linux-gnu-gcc -Werror
+#   make test-aarch64    the format, kernel and thread-pool tests built for aarch64 (static), run under qemu-aarch64
 #   make install PREFIX=/usr/local [DESTDIR=...]
 # CUDA machine code: CUDA_ARCHS=native|all|check|"80 90 ..." (see src/backend/cuda/cuda.mk).
 KILN_SHARED ?= ../shared
@@ -44,6 +45,11 @@ IS_X86 := $(if $(filter x86_64-% i386-% i486-% i586-% i686-% amd64-%,$(TARGET_MA
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c
 X86_ONLY_SRC := %_avx2.c %_avx512.c
+# the NEON files exist only in aarch64 builds (NEON is part of its base ISA; no flags, no run-time check)
+IS_ARM64 := $(if $(filter aarch64-% arm64-%,$(TARGET_MACHINE)),1)
+NEON_ONLY_SRC := %_neon.c
+# the files of other ISAs than the target's
+OTHER_ISA_SRC := $(if $(IS_X86),$(NEON_ONLY_SRC),$(X86_ONLY_SRC) $(if $(IS_ARM64),,$(NEON_ONLY_SRC)))
 # per-file ISA flags: *_avx2.c and *_avx512.c are compiled for those ISAs and dispatched at run time
 isa_flags = $(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(if $(findstring _avx2,$<),$(AVX2_FLAGS)))
 
@@ -51,7 +57,7 @@ isa_flags = $(if $(findstring _avx512,$<),$(AVX512_FLAGS),$(if $(findstring _avx
 # the shipped library
 LIB_SRC_ALL := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c src/model/*.c src/tokenizer/*.c \
                  src/chat/*.c src/sample/*.c src/session/*.c src/backend/cpu/*.c))
-LIB_SRC := $(if $(IS_X86),$(LIB_SRC_ALL),$(filter-out $(X86_ONLY_SRC),$(LIB_SRC_ALL)))
+LIB_SRC := $(filter-out $(OTHER_ISA_SRC),$(LIB_SRC_ALL))
 # offline tools (quantize, mkmodel, tokenizer.json importer): build/libkiln-tools.a, linked into the CLI
 # and the tests, not part of libkiln
 TOOLS_SRC := $(sort $(wildcard src/tools/*.c))
@@ -79,7 +85,7 @@ CLI_ASAN_OBJ := $(CLI_SRC:%.c=build/asan/%.o)
 CLI_ASAN_NOMAIN := $(filter-out build/asan/src/cli/main.o,$(CLI_ASAN_OBJ))
 TEST_OBJ := $(TEST_SRC:%.c=build/asan/%.o)
 
-.PHONY: all build deps test-deps run test test-build bench fuzz install clean kiln.pc cross-aarch64
+.PHONY: all build deps test-deps run test test-build bench fuzz install clean kiln.pc cross-aarch64 test-aarch64
 .DEFAULT_GOAL := all
 
 all: build
@@ -167,7 +173,7 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) build
 	./kiln run -m $(MODEL) -p "Once upon a time" -n 120
 
-# ---- cross compile check: every library and tool .c file for aarch64 (the portable kernels), -Werror.
+# ---- cross compile check: every library and tool .c file for aarch64 (portable and NEON kernels), -Werror.
 # pcre2.h and jansson.h are architecture-independent and come from the host's /usr/include, searched last.
 CROSS_CC ?= aarch64-linux-gnu-gcc
 CROSS_CC_FOUND := $(shell command -v $(CROSS_CC) 2>/dev/null)
@@ -185,16 +191,32 @@ cross-aarch64: $(CROSS_OBJ)
 # ---- tests ----
 TEST_WRAP := -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc -Wl,--wrap=posix_memalign \
              -Wl,--wrap=aligned_alloc -Wl,--wrap=strdup -Wl,--wrap=strndup
+# ---- the format, kernel and thread-pool tests on aarch64: one static test binary (the test runner, test_base.c,
+# test_formats.c, test_cpu_kernels.c and the library files they need; no PCRE2 or Jansson) run under qemu-user
+QEMU_AARCH64 ?= qemu-aarch64
+ARM_TEST_SRC := tests/main.c tests/test_base.c tests/test_formats.c tests/test_cpu_kernels.c \
+                $(filter-out $(X86_ONLY_SRC),$(wildcard src/base/*.c src/formats/*.c src/gguf/*.c)) \
+                src/backend/cpu/cpu_attn.c src/backend/cpu/cpu_attn_neon.c src/backend/cpu/cpu_dot_rows.c \
+                src/backend/cpu/cpu_ops.c
+build/aarch64/kiln_kernel_tests: $(ARM_TEST_SRC:%.c=build/aarch64/%.o)
+	$(CROSS_CC) -static -pthread $(TEST_WRAP) -o $@ $^ -lm
+
+test-aarch64: build/aarch64/kiln_kernel_tests
+	@KILN_SHARED=$(KILN_SHARED) $(QEMU_AARCH64) build/aarch64/kiln_kernel_tests
+
 build/asan/kiln_tests: $(TEST_OBJ) $(ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(CLI_ASAN_NOMAIN) $(CU_TESTING_OBJ)
 	$(CC) -fsanitize=address,undefined -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
 build/asan/kiln: $(CLI_ASAN_OBJ) $(TOOLS_ASAN_OBJ) $(ASAN_OBJ)
 	$(CC) -fsanitize=address,undefined -pthread -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS)
 
-test-build: build/asan/kiln_tests build/asan/kiln build $(if $(CROSS_CC_FOUND),cross-aarch64)
+test-build: build/asan/kiln_tests build/asan/kiln build $(if $(CROSS_CC_FOUND),cross-aarch64 build/aarch64/kiln_kernel_tests)
 
 test: test-deps
 	@$(MAKE) --no-print-directory -j$(JOBS) test-build
+	@if command -v $(CROSS_CC) >/dev/null 2>&1 && command -v $(QEMU_AARCH64) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory test-aarch64; \
+	else echo "kiln: $(CROSS_CC) or $(QEMU_AARCH64) missing: the aarch64 tests did not run"; fi
 	@KILN_SHARED=$(KILN_SHARED) KILN_BIN=build/asan/kiln KILN_REL_BIN=./kiln sh scripts/run-tests.sh
 
 # ---- benchmarks and fuzzing ----
@@ -207,7 +229,7 @@ fuzz: test-deps
 	@$(MAKE) --no-print-directory build/fuzz/gguf_fuzz
 
 FUZZ_SRC := $(sort $(wildcard src/base/*.c src/gguf/*.c src/formats/*.c))
-FUZZ_SRC := $(if $(IS_X86),$(FUZZ_SRC),$(filter-out $(X86_ONLY_SRC),$(FUZZ_SRC)))
+FUZZ_SRC := $(filter-out $(OTHER_ISA_SRC),$(FUZZ_SRC))
 # (gguf engineer) objects built one by one so that *_avx2.c / *_avx512.c get their ISA flags
 FUZZ_OBJ := $(FUZZ_SRC:%.c=build/fuzz/%.o)
 build/fuzz/%.o: %.c

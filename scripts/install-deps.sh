@@ -4,7 +4,8 @@
 # plain `make` or `make install`.
 # Build: gcc, make, pkg-config, libpcre2-dev (BPE pre-tokenizer), libjansson-dev (JSON), libedit-dev
 # (line editing in `kiln chat`), libmicrohttpd-dev (kiln serve's HTTP).
-# --test adds: python3-jinja2 (chat-template reference), gcc-aarch64-linux-gnu (the cross-compile check),
+# --test adds: python3-jinja2 (chat-template reference), gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and
+# qemu-user (the cross-compile check and the aarch64 format/kernel tests under qemu-aarch64),
 # chromium, node + npm and the npm packages of tests/server/package.json (the official openai client,
 # puppeteer-core) into tests/server/node_modules (ignored by git), and clang's libFuzzer runtime where clang
 # exists (optional).
@@ -25,6 +26,9 @@ if [ $tests = yes ]; then
     fi
     # `make cross-aarch64` (part of make test): the portable kernels compile and link for arm64
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need="$need gcc-aarch64-linux-gnu"
+    # `make test-aarch64` (part of make test): the static aarch64 test binary and the emulator that runs it
+    [ -f /usr/aarch64-linux-gnu/lib/libc.a ] || need="$need libc6-dev-arm64-cross"
+    command -v qemu-aarch64 >/dev/null 2>&1 || need="$need qemu-user"
     # kiln serve's tests: the official openai client (Node) and the chat page in headless Chromium
     [ -x /usr/bin/chromium ] || need="$need chromium"
     command -v node >/dev/null 2>&1 || need="$need nodejs"

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -51,6 +52,156 @@ TEST(base_pool_covers_every_index_once) {
     kiln_pool *bad;
     CHECK_EQ_INT(kiln_pool_open(0, &bad), KILN_ERR_INVALID_ARG);
     CHECK(bad == NULL);
+}
+
+/* ---- kiln_pool_for: the chunked run */
+
+#define FOR_MAX 4096
+typedef struct for_ctx {
+    _Atomic int hits[FOR_MAX];
+    _Atomic int by[FOR_MAX];     /* the thread that computed each item */
+    _Atomic int busy[8];         /* per thread: inside a call now */
+    _Atomic int bad_ith, bad_range, overlap, calls, max_len;
+    int n, grain, size, sleep_ith, sleep_us, item_work; /* item_work: extra spin iterations per item */
+    _Atomic int slept;           /* sleep_ith slept once in this run (1) */
+    uint64_t seed;               /* > 0: some calls sleep a few microseconds (shuffles the interleavings) */
+} for_ctx;
+
+static void for_sleep(int us) { struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000}; nanosleep(&ts, NULL); }
+
+static void for_work(void *ctx, int lo, int hi, int ith) {
+    for_ctx *c = ctx;
+    atomic_fetch_add(&c->calls, 1);
+    if (ith < 0 || ith >= c->size) { atomic_store(&c->bad_ith, 1); return; }
+    if (atomic_exchange(&c->busy[ith], 1)) atomic_store(&c->overlap, 1);
+    const int len = hi - lo;
+    if (lo < 0 || hi > c->n || lo >= hi || lo % c->grain || (hi != c->n && len % c->grain)) atomic_store(&c->bad_range, 1);
+    for (int m = atomic_load(&c->max_len); len > m && !atomic_compare_exchange_weak(&c->max_len, &m, len);) {}
+    if (ith == c->sleep_ith && !atomic_exchange(&c->slept, 1)) for_sleep(c->sleep_us);
+    if (c->seed && ((unsigned)(lo * 2654435761u + c->seed) >> 28) == 0) for_sleep(1 + (lo & 31));
+    for (int i = lo > 0 ? lo : 0; i < hi && i < FOR_MAX; i++) {
+        atomic_fetch_add(&c->hits[i], 1);
+        atomic_store(&c->by[i], ith);
+        for (volatile int k = 0; k < 50 + c->item_work; k++) {} /* some work, so that every thread gets to claim */
+    }
+    atomic_store(&c->busy[ith], 0);
+}
+
+/* Checks one finished run: every item computed exactly once, in well-formed ranges, on valid threads. */
+static void for_check(for_ctx *c, const char *what, int run) {
+    CHECKF(!c->bad_ith && !c->bad_range && !c->overlap, "%s run %d: bad thread %d, bad range %d, overlap %d", what, run,
+           (int)c->bad_ith, (int)c->bad_range, (int)c->overlap);
+    for (int i = 0; i < c->n && !test_failures(); i++)
+        CHECKF(c->hits[i] == 1, "%s run %d: item %d of %d computed %d times", what, run, i, c->n, (int)c->hits[i]);
+}
+
+/* n_threads 1..4, sizes 0..4096 and grains 1, 7, 16, 1000 runs each: every item of every run is computed exactly
+ * once, each range is grain-aligned, each call's thread is in 0..size-1 and no thread is in two calls at once;
+ * one thread computes the whole run in a single call. The pool is reopened every 100 runs (a stall on this busy
+ * machine makes a pool compute its next runs alone), and some runs must have used several threads. */
+TEST(base_pool_for_computes_every_chunk_once) {
+    const int sizes[] = {0, 1, 5, 16, 61, 577, 4096}, grains[] = {1, 7, 16};
+    for (int nt = 1; nt <= 4 && !test_failures(); nt++) {
+        kiln_pool *p = NULL;
+        int shared_runs = 0;
+        for (int run = 0; run < 1000 && !test_failures(); run++) {
+            if (run % 100 == 0) {
+                kiln_pool_close(p);
+                REQUIRE_OK(kiln_pool_open(nt, &p));
+                CHECK_EQ_INT(kiln_pool_size(p), nt);
+            }
+            static for_ctx c;
+            memset(&c, 0, sizeof c);
+            c.n = sizes[run % 7], c.grain = grains[run % 3], c.size = nt, c.sleep_ith = -1, c.seed = run % 5 ? 0 : (uint64_t)run;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "pool_for", run);
+            if (nt == 1) CHECKF(c.calls == (c.n > 0), "1 thread: %d calls for %d items", (int)c.calls, c.n);
+            int first = c.n ? c.by[0] : 0, several = 0;
+            for (int i = 1; i < c.n; i++) several |= c.by[i] != first;
+            shared_runs += several;
+        }
+        kiln_pool_close(p);
+        printf("  %d threads: %d of 1000 runs computed on several threads\n", nt, shared_runs);
+        if (nt > 1) CHECKF(shared_runs > 0, "%d threads: no run used more than one thread", nt);
+    }
+}
+
+/* A worker that stops for 200 ms inside its first chunk costs the run that chunk only: the caller and the other
+ * workers take every other chunk of its share (the static pool, where each worker owns its share, left the sleeper
+ * its whole share). Runs until the sleeper did claim a chunk (a worker can also wake after every chunk is taken). */
+TEST(base_pool_for_takes_over_a_stalled_workers_share) {
+    for (int nt = 2; nt <= 4; nt++) {
+        int tries = 0;
+        static for_ctx c;
+        do { /* a fresh pool each time: a busy machine makes a pool run alone for a while */
+            kiln_pool *p;
+            REQUIRE_OK(kiln_pool_open(nt, &p));
+            memset(&c, 0, sizeof c);
+            c.n = FOR_MAX, c.grain = 1, c.size = nt, c.sleep_ith = nt - 1, c.sleep_us = 200000, c.item_work = 1000;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "stalled worker", tries);
+            kiln_pool_close(p);
+        } while (!c.slept && ++tries < 50 && !test_failures());
+        REQUIREF(c.slept, "%d threads: worker %d never claimed a chunk in 50 runs", nt, nt - 1);
+        int mine = 0;
+        for (int i = 0; i < c.n; i++) mine += c.by[i] == c.sleep_ith;
+        CHECKF(mine <= c.max_len, "%d threads: the stalled worker computed %d items, more than its one chunk (%d)", nt,
+               mine, (int)c.max_len);
+    }
+}
+
+/* After a stall (a worker stopped 300 ms inside a chunk, far longer than the rest of the run takes, even under
+ * qemu) the caller computes the next run alone, in one call. */
+TEST(base_pool_for_runs_alone_after_a_stall) {
+    static for_ctx c;
+    for (int tries = 0; tries < 50; tries++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        memset(&c, 0, sizeof c);
+        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 300000, c.item_work = 200;
+        kiln_pool_for(p, c.n, c.grain, for_work, &c);
+        if (c.slept) {
+            memset(&c, 0, sizeof c);
+            c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = 1000;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "after a stall", 0);
+            CHECKF(c.calls == 1 && c.by[c.n - 1] == 0, "after a stall: %d calls, last item on thread %d", (int)c.calls,
+                   (int)c.by[c.n - 1]);
+            kiln_pool_close(p);
+            return;
+        }
+        kiln_pool_close(p);
+    }
+    test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
+}
+
+/* What the workers count during a chunked run goes to the caller's sink: every item allocates once, on whichever
+ * thread computes it, and the caller's sink holds them all (runs until a worker computed some of them). */
+typedef struct { _Atomic int on_worker; } sink_run;
+static void alloc_items(void *ctx, int lo, int hi, int ith) {
+    sink_run *r = ctx;
+    for (int i = lo; i < hi; i++) {
+        kiln_free(kiln_malloc(8));
+        if (ith) atomic_fetch_add(&r->on_worker, 1);
+        for (volatile int k = 0; k < 2000; k++) {}
+    }
+}
+
+TEST(base_pool_for_carries_the_counter_sink) {
+    sink_run r = {0};
+    int runs = 0;
+    for (; runs < 50 && !r.on_worker; runs++) { /* a fresh pool each time: a busy machine makes one run alone */
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        kiln_counters sink = {0}, got;
+        kiln_counters *prev = kiln_counters_enter(&sink);
+        kiln_pool_for(p, 256, 1, alloc_items, &r);
+        kiln_counters_leave(prev);
+        kiln_counters_snapshot(&sink, &got);
+        CHECK_EQ_INT(got.host_allocs, 256);
+        kiln_pool_close(p);
+    }
+    CHECKF(r.on_worker > 0, "no item ran on the worker in %d runs", runs);
 }
 
 TEST(base_counted_allocs_are_counted) {

@@ -1,87 +1,164 @@
-/* pool.c — the fixed thread pool (generation counter + spin-then-sleep workers). */
+/* pool.c — the thread pool: per-thread shares of chunks claimed by compare-and-swap (the owner from the front,
+ * other threads from the back), a done count per share that the caller waits on, and a generation counter that
+ * spin-then-sleep workers watch for the next run. */
 #include "base/pool.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/timing.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
+#include <time.h>
 
-/* One spin step: a pause hint on x86, nothing elsewhere. */
+/* One spin step: a pause hint on x86, a yield hint on Arm, nothing elsewhere. */
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
 #endif
 }
 
-/* Spins before a worker sleeps; after that a waiter yields the core (the machine may be oversubscribed). */
+/* Spins before a worker sleeps; after that the caller, waiting for claimed chunks, yields the core. */
 #define SPIN_BEFORE_SLEEP 20000
 #define SPIN_BEFORE_YIELD 2000
+/* chunks per thread of a run: enough for a busy thread's share to be taken over in pieces */
+#define CHUNKS_PER_THREAD 16
+/* Signs of an oversubscribed machine, where more threads only slow the caller down:
+ *  - a stall: the caller waited for claimed chunks longer than its own part of the run took, plus STALL_SLACK_NS
+ *    (on a quiet machine the wait is at most one chunk): a thread was descheduled inside a chunk;
+ *  - a low CPU share: over SAMPLES sampled runs (one run in SAMPLE_EVERY), the caller's thread ran less than
+ *    MIN_CPU_SHARE of their wall time (other threads, or its own workers, took its core).
+ * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others),
+ * and tries its threads again after the stretch: SOLO_RUNS runs, doubling while the signs recur up to
+ * SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a sign bring it back to SOLO_RUNS. */
+#define STALL_SLACK_NS 200000
+#define SAMPLE_EVERY 8
+#define SAMPLES 32
+#define MIN_CPU_SHARE 0.85
+#define SOLO_RUNS 1000
+#define SOLO_RUNS_MAX 64000
 
-typedef struct kiln_pool kiln_pool;
+/* One thread's share of the current run, on its own cache line. range holds the unclaimed chunks [lo, hi), lo in
+ * the low 32 bits: the owner claims lo, the others hi - 1. done counts the share's chunks finished this run. */
+typedef struct share {
+    _Alignas(64) _Atomic uint64_t range;
+    _Atomic uint32_t done;
+} share;
+
 typedef struct { kiln_pool *p; int ith; } worker_arg;
 
 struct kiln_pool {
     int n;
     worker_arg *args;
     pthread_t *threads;
+    share *shares;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    kiln_pool_fn fn;
+    /* The run. The caller writes it before it publishes the shares; a thread reads it only after it claimed a
+     * chunk (a successful claim reads the published share, and the run cannot end before that chunk is done). */
+    kiln_pool_range_fn fn;
     void *ctx;
-    kiln_counters *sink;   /* the caller's counter sink, carried to the workers for one run */
-    _Atomic uint64_t generation;
-    _Atomic int pending;
+    kiln_pool_fn share_fn;   /* kiln_pool_run's function, called through run_shares */
+    void *share_ctx;
+    kiln_counters *sink;     /* the caller's counter sink, carried to the workers for the run */
+    int n_items, chunk;
+    /* the caller's view of the machine (see SOLO_RUNS) */
+    int solo_left;           /* runs still to compute alone */
+    int solo_next;           /* the length of the next solo stretch */
+    int calm_runs;           /* parallel runs since the last sign of oversubscription */
+    unsigned runs;           /* parallel runs, for the sampling */
+    int samples;             /* sampled runs in the current window, their thread CPU time and wall time */
+    uint64_t sample_cpu_ns, sample_wall_ns;
+    _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
+    _Atomic int sleepers;
     _Atomic bool quit;
 };
 
+/* Claims one chunk of sh: the front one for its owner, else the back one. false: none left. */
+static bool claim(share *sh, bool owner, int *chunk) {
+    uint64_t v = atomic_load_explicit(&sh->range, memory_order_acquire);
+    for (;;) {
+        const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+        if (lo >= hi) return false;
+        const uint64_t next = owner ? v + 1 : v - ((uint64_t)1 << 32);
+        if (atomic_compare_exchange_weak_explicit(&sh->range, &v, next, memory_order_acquire, memory_order_acquire)) {
+            *chunk = (int)(owner ? lo : hi - 1);
+            return true;
+        }
+    }
+}
+
+/* Thread ith's part of the current run: the chunks of its own share, then whatever is left of the others'. */
+static void work(kiln_pool *p, int ith) {
+    for (int k = 0; k < p->n; k++) {
+        share *sh = &p->shares[(ith + k) % p->n];
+        int c;
+        while (claim(sh, k == 0, &c)) {
+            const int lo = c * p->chunk, hi = p->n_items - lo > p->chunk ? lo + p->chunk : p->n_items;
+            kiln_counters *prev = kiln_counters_enter(p->sink);
+            p->fn(p->ctx, lo, hi, ith);
+            kiln_counters_leave(prev);
+            atomic_fetch_add_explicit(&sh->done, 1, memory_order_release);
+        }
+    }
+}
+
+/* Waits for a generation other than *seen (spinning, then asleep) and records it; false when the pool closes. */
+static bool wait_run(kiln_pool *p, uint32_t *seen) {
+    for (int spins = 0;; spins++) {
+        if (atomic_load_explicit(&p->quit, memory_order_acquire)) return false;
+        const uint32_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != *seen) { *seen = g; return true; }
+        if (spins < SPIN_BEFORE_SLEEP) { cpu_relax(); continue; }
+        /* sleepers then generation, against the caller's generation then sleepers (both seq_cst): one of the
+         * two sees the other's write, so a run is never missed */
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->sleepers, 1);
+        while (atomic_load(&p->generation) == *seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+        atomic_fetch_sub(&p->sleepers, 1);
+        pthread_mutex_unlock(&p->mu);
+        spins = 0;
+    }
+}
 
 static void *worker_main(void *arg) {
     kiln_pool *p = ((worker_arg *)arg)->p;
-    int ith = ((worker_arg *)arg)->ith;
-    uint64_t seen = 0;
-    for (;;) {
-        uint64_t g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
-               !atomic_load(&p->quit)) {
-            if (++spins < SPIN_BEFORE_SLEEP) { cpu_relax(); continue; }
-            pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->quit))
-                pthread_cond_wait(&p->cv, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-        }
-        if (atomic_load(&p->quit)) return NULL;
-        seen = g;
-        kiln_counters *prev = kiln_counters_enter(p->sink);
-        p->fn(p->ctx, ith, p->n);
-        kiln_counters_leave(prev);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
-    }
+    const int ith = ((worker_arg *)arg)->ith;
+    uint32_t seen = 0;
+    while (wait_run(p, &seen)) work(p, ith);
+    return NULL;
 }
 
 kiln_status kiln_pool_open(int n_threads, kiln_pool **out) {
     *out = NULL;
     if (n_threads < 1 || n_threads > 1024)
         return kiln_fail(KILN_ERR_INVALID_ARG, "kiln_pool_open: thread count %d out of range 1..1024", n_threads);
-    kiln_pool *p = kiln_calloc(1, sizeof *p);
+    kiln_pool *p = kiln_aligned_alloc(64, sizeof *p);
     if (!p) return kiln_fail(KILN_ERR_NOMEM, "kiln_pool_open: out of memory");
-    p->n = n_threads;
+    memset(p, 0, sizeof *p);
+    p->n = 1;
+    p->solo_next = SOLO_RUNS;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = kiln_calloc((size_t)n_threads, sizeof(pthread_t));
     p->args = kiln_calloc((size_t)n_threads, sizeof(worker_arg));
-    if (!p->threads || !p->args) { p->n = 1; kiln_pool_close(p); return kiln_fail(KILN_ERR_NOMEM, "kiln_pool_open: out of memory"); }
+    p->shares = kiln_aligned_alloc(64, (size_t)n_threads * sizeof(share));
+    if (!p->threads || !p->args || !p->shares) {
+        kiln_pool_close(p);
+        return kiln_fail(KILN_ERR_NOMEM, "kiln_pool_open: out of memory");
+    }
+    memset(p->shares, 0, (size_t)n_threads * sizeof(share));
     for (int i = 1; i < n_threads; i++) {
-        worker_arg *a = &p->args[i];
-        a->p = p;
-        a->ith = i;
-        if (pthread_create(&p->threads[i], NULL, worker_main, a) != 0) {
-            p->n = i;
+        p->args[i] = (worker_arg){p, i};
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
             kiln_pool_close(p);
             return kiln_fail(KILN_ERR_INTERNAL, "kiln_pool_open: pthread_create failed");
         }
+        p->n = i + 1;
     }
     *out = p;
     return KILN_OK;
@@ -96,6 +173,7 @@ void kiln_pool_close(kiln_pool *p) {
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     kiln_free(p->threads);
     kiln_free(p->args);
+    kiln_free(p->shares);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     kiln_free(p);
@@ -103,19 +181,102 @@ void kiln_pool_close(kiln_pool *p) {
 
 int kiln_pool_size(const kiln_pool *p) { return p->n; }
 
-void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *ctx) {
-    if (p->n == 1) { fn(ctx, 0, 1); return; }
+/* Publishes a run of n_chunks chunks: share s gets the chunks kiln_split gives it; then wakes the workers. */
+static void publish(kiln_pool *p, int n_chunks) {
+    for (int s = 0; s < p->n; s++) {
+        int lo, hi;
+        kiln_split(n_chunks, s, p->n, &lo, &hi);
+        atomic_store_explicit(&p->shares[s].done, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->shares[s].range, (uint64_t)lo | (uint64_t)hi << 32, memory_order_release);
+    }
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Waits until every chunk of the run is done (by now every chunk has been claimed). */
+static void wait_done(kiln_pool *p, int n_chunks) {
+    for (int s = 0; s < p->n; s++) {
+        int lo, hi;
+        kiln_split(n_chunks, s, p->n, &lo, &hi);
+        for (int spins = 0; atomic_load_explicit(&p->shares[s].done, memory_order_acquire) < (uint32_t)(hi - lo); spins++) {
+            if (spins < SPIN_BEFORE_YIELD) cpu_relax();
+            else sched_yield();
+        }
+    }
+}
+
+/* This thread's CPU time. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds one sampled run; true when a window of SAMPLES ends with the caller's CPU share below MIN_CPU_SHARE. */
+static bool cpu_share_low(kiln_pool *p, uint64_t cpu_ns, uint64_t wall_ns) {
+    p->sample_cpu_ns += cpu_ns;
+    p->sample_wall_ns += wall_ns;
+    if (++p->samples < SAMPLES) return false;
+    const bool low = (double)p->sample_cpu_ns < MIN_CPU_SHARE * (double)p->sample_wall_ns;
+    p->samples = 0;
+    p->sample_cpu_ns = p->sample_wall_ns = 0;
+    return low;
+}
+
+/* After a parallel run: a sign of oversubscription starts a solo stretch (doubling while they recur), a calm
+ * stretch resets its length. */
+static void note_busy(kiln_pool *p, bool busy) {
+    if (!busy) {
+        if (++p->calm_runs >= SOLO_RUNS) p->solo_next = SOLO_RUNS;
+        return;
+    }
+    p->calm_runs = 0;
+    p->solo_left = p->solo_next;
+    p->solo_next = p->solo_next * 2 < SOLO_RUNS_MAX ? p->solo_next * 2 : SOLO_RUNS_MAX;
+    p->samples = 0;
+    p->sample_cpu_ns = p->sample_wall_ns = 0;
+}
+
+void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    const int grains = n / grain + (n % grain != 0), target = CHUNKS_PER_THREAD * p->n;
+    const int chunk = grain * (grains / target + (grains % target != 0));
+    const int n_chunks = n / chunk + (n % chunk != 0);
+    if (p->n == 1 || n_chunks == 1 || p->solo_left > 0) {
+        if (p->solo_left > 0) p->solo_left--;
+        fn(ctx, 0, n, 0);
+        return;
+    }
     p->fn = fn;
     p->ctx = ctx;
     p->sink = kiln_counters_sink();
-    atomic_store(&p->pending, p->n - 1);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n);
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
-        if (spins < SPIN_BEFORE_YIELD) cpu_relax();
-        else sched_yield();
-    }
+    p->n_items = n;
+    p->chunk = chunk;
+    const bool sample = ++p->runs % SAMPLE_EVERY == 0;
+    const uint64_t c0 = sample ? thread_cpu_ns() : 0, t0 = kiln_now_ns();
+    publish(p, n_chunks);
+    work(p, 0);
+    const uint64_t t1 = kiln_now_ns();
+    wait_done(p, n_chunks);
+    const uint64_t t2 = kiln_now_ns();
+    bool busy = t2 - t1 > t1 - t0 + STALL_SLACK_NS;
+    if (sample) busy |= cpu_share_low(p, thread_cpu_ns() - c0, t2 - t0);
+    note_busy(p, busy);
+}
+
+static void run_shares(void *ctx, int lo, int hi, int ith) {
+    kiln_pool *p = ctx;
+    for (int i = lo; i < hi; i++) p->share_fn(p->share_ctx, i, p->n);
+}
+
+void kiln_pool_run(kiln_pool *p, kiln_pool_fn fn, void *ctx) {
+    if (p->n == 1) { fn(ctx, 0, 1); return; }
+    p->share_fn = fn;
+    p->share_ctx = ctx;
+    kiln_pool_for(p, p->n, 1, run_shares, p);
 }

@@ -4,7 +4,8 @@
  *
  * Naming: kiln_<type>_to_float (dequantize), kiln_<type>_from_float (reference quantizer),
  * kiln_dot_<type>[_<vdt>] (scalar reference dot, ggml's generic order of operations) and
- * kiln_dot_<type>_avx2 (AVX2+FMA variant, only valid when the CPU has AVX2, FMA and F16C).
+ * kiln_dot_<type>_avx2 (AVX2+FMA variant, only valid when the CPU has AVX2, FMA and F16C), kiln_dot_<type>_neon
+ * (NEON variant, aarch64 builds only).
  */
 #ifndef KILN_FORMATS_BLOCKS_H
 #define KILN_FORMATS_BLOCKS_H
@@ -186,5 +187,13 @@ void kiln_q8_1_act_ref(const float *x, void *y, int64_t n);
 void kiln_q8_0_act_avx2(const float *x, void *y, int64_t n);
 void kiln_q8_1_act_avx2(const float *x, void *y, int64_t n);
 void kiln_f16_from_float_avx2(const float *x, void *y, int64_t n);
+
+/* ---- dot_neon.c (aarch64 builds only) ---- */
+void kiln_dot_f32_neon(int n, float *s, const void *x, const void *y);
+void kiln_dot_f16_neon(int n, float *s, const void *x, const void *y);
+void kiln_dot_q4_0_neon(int n, float *s, const void *x, const void *y);
+void kiln_dot_q8_0_neon(int n, float *s, const void *x, const void *y);
+void kiln_dot_q4_K_neon(int n, float *s, const void *x, const void *y);
+void kiln_dot_q6_K_neon(int n, float *s, const void *x, const void *y);
 
 #endif

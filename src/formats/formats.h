@@ -105,6 +105,12 @@ int kiln_cpu_has_avx2(void);
 #define KILN_X86 0
 static inline int kiln_cpu_has_avx2(void) { return 0; }
 #endif
+/* KILN_NEON: the *_neon.c kernels exist only in aarch64 builds (NEON is part of that base ISA). */
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define KILN_NEON 1
+#else
+#define KILN_NEON 0
+#endif
 
 /* Fills in the compute operations of the table (called once, thread-safe; kiln_type_get calls it). */
 void kiln_formats_init(void);

@@ -21,6 +21,11 @@ cpu_attn_kernels cpu_attn_select(void) {
         k.dot = cpu_attn_dot_avx2;
         k.axpy = cpu_attn_axpy_avx2;
     }
+#elif KILN_NEON /* cpu_attn_neon.c: aarch64 only */
+    if (!kiln_env_no_simd()) {
+        k.dot = cpu_attn_dot_neon;
+        k.axpy = cpu_attn_axpy_neon;
+    }
 #endif
     return k;
 }

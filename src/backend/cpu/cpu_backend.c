@@ -188,15 +188,13 @@ static size_t kv_at(const cpu_state *s, int seq, int layer, int pos, int KV) {
 
 /* Causal grouped-query attention for every (row, head) pair of the batch, each row over the positions
  * 0..pos of its own sequence. */
-static void attention(void *ctx, int ith, int nth) {
+static void attention(void *ctx, int lo, int hi, int ith) {
     attn_job *j = ctx;
     cpu_state *s = j->s;
     const int hd = j->a->head_dim, nh = j->a->n_head, KV = j->a->n_head_kv * hd, group = nh / j->a->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
     float *qf = s->qh + (size_t)ith * hd;
-    int lo, hi;
-    kiln_split(j->B * nh, ith, nth, &lo, &hi);
     for (int p = lo; p < hi; p++) {
         const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->rows[t].pos + 1;
         const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
@@ -260,8 +258,8 @@ static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kil
     attn_job aj = {.s = s, .a = a, .rows = rows, .layer = il, .B = B};
     int64_t work = 0; /* multiply-adds of the scores: small ones run on the calling thread */
     for (int t = 0; t < B; t++) work += (int64_t)(rows[t].pos + 1) * a->n_head * hd;
-    if (work < (1 << 15)) attention(&aj, 0, 1);
-    else kiln_pool_run(s->pool, attention, &aj);
+    if (work < (1 << 15)) attention(&aj, 0, B * a->n_head, 0);
+    else kiln_pool_for(s->pool, B * a->n_head, 1, attention, &aj);
     cpu_matmul(s->pool, a->wo, s->att, B, s->xb2, s->scratch);
     cpu_add(s->x, s->xb2, B * E);
 }

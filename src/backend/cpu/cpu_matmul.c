@@ -10,6 +10,8 @@
 
 /* multiply-adds below which a product is not split across threads */
 #define SMALL_MATMUL (1u << 16)
+/* output rows per chunk of the pool: a multiple of a cache line of floats */
+#define ROW_GRAIN 16
 
 /* The converted rows, then (Q8_0 activations) their block scales as floats for the multi-row dot. */
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
@@ -32,10 +34,8 @@ typedef struct matmul_job {
     float *out;
 } matmul_job;
 
-static void convert_rows(void *ctx, int ith, int nth) {
+static void convert_rows(void *ctx, int lo, int hi, int ith) {
     matmul_job *j = ctx;
-    int lo, hi;
-    kiln_split(j->B, ith, nth, &lo, &hi);
     for (int b = lo; b < hi; b++) {
         uint8_t *q = (uint8_t *)j->qx + (size_t)b * j->qrow;
         kiln_quantize_row_for_dot(j->W->type, j->x + (size_t)b * j->n, q, j->n);
@@ -46,10 +46,8 @@ static void convert_rows(void *ctx, int ith, int nth) {
     }
 }
 
-static void dot_rows(void *ctx, int ith, int nth) {
+static void dot_rows(void *ctx, int lo, int hi, int ith) {
     matmul_job *j = ctx;
-    int lo, hi;
-    kiln_split(j->rows, ith, nth, &lo, &hi);
     const uint8_t *w = (const uint8_t *)j->W->data;
     kiln_vec_dot_fn dot = j->ti->vec_dot_fast ? j->ti->vec_dot_fast : j->ti->vec_dot;
     if (j->B == 1) { /* one activation row: the plain dot */
@@ -77,9 +75,9 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0 && B > 1) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
-        if (B > 1 && !inline_run) kiln_pool_run(pool, convert_rows, &j);
-        else convert_rows(&j, 0, 1);
+        if (B > 1 && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
+        else convert_rows(&j, 0, B, 0);
     }
-    if (inline_run) dot_rows(&j, 0, 1);
-    else kiln_pool_run(pool, dot_rows, &j);
+    if (inline_run) dot_rows(&j, 0, j.rows, 0);
+    else kiln_pool_for(pool, j.rows, ROW_GRAIN, dot_rows, &j);
 }
