@@ -23,12 +23,6 @@ int kiln_cpu_has_avx2(void) {
 
 /* ------------------------------------------------------------------------------------- helpers */
 
-/* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
-AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-}
-
 /* 32 bits -> 32 bytes, 0xFF where the bit is set (byte i <- bit i). */
 AVX2 static inline __m256i bits_to_bytes(const uint8_t *p) {
     uint32_t bits;

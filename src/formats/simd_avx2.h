@@ -34,6 +34,12 @@ AVX2 static inline __m256i dot_i8_i8(__m256i a, __m256i s) {
     return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(s, a));
 }
 
+/* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
+AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
 AVX2 static inline __m256i load_bsums(const block_q8_K *y) { return _mm256_loadu_si256((const __m256i *)y->bsums); }
 
 /* 8 per-32-value scales (int16 in both lanes) -> scale j in every lane. */

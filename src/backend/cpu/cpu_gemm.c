@@ -14,6 +14,7 @@ cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
     /* only where it is the dot in use: the tiles reproduce that function, not the type */
     if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_q4_0_avx2;
     if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_q4_K_avx2;
 #endif
     return cpu_gemm_ref;

@@ -35,6 +35,8 @@ typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int 
 void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q8_0 x Q8_0 tiles, bit-identical to kiln_dot_q8_0_avx2 (reads a->yd). */
 void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q4_0 x Q8_0 tiles, bit-identical to kiln_dot_q4_0_avx2 (reads a->yd). */
+void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q4_K x Q8_K tiles, bit-identical to kiln_dot_q4_K_avx2. */
 void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 

@@ -1,5 +1,5 @@
 /*
- * cpu_gemm_avx2.c — register-tiled block products (cpu_gemm.h) for Q8_0 and Q4_K weights. A tile is up to
+ * cpu_gemm_avx2.c — register-tiled block products (cpu_gemm.h) for Q8_0, Q4_0 and Q4_K weights. A tile is up to
  * TM weight rows x TN activation rows; per pair the float operations are those of the single dot in
  * formats/dot_avx2.c in the same order (one accumulator per pair, blocks in order, the same scale
  * products, the same final reduction), so each result is bit-identical to it. Integer partial sums are
@@ -7,6 +7,9 @@
  * TN activation rows, an activation block loaded once per TM weight rows.
  */
 #include "backend/cpu/cpu_gemm.h"
+
+#include <stdbool.h>
+#include <string.h>
 
 #include "formats/blocks.h"
 #include "formats/simd_avx2.h"
@@ -29,34 +32,44 @@ static void walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM,
     }
 }
 
-/* ------------------------------------------------------------------------------------------ Q8_0 */
+/* ----------------------------------------------------------------------------------- Q8_0, Q4_0 */
 
-/* kiln_dot_q8_0_avx2 per pair: acc = fmadd(h2f(x.d) * h2f(y.d), dot_i8_i8(x, y), acc); yd holds h2f(y.d)
- * (exact), and the product of two broadcasts is the scalar product in every lane. */
-AVX2 static INLINE void q8_0_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
+/* The single dots per pair: acc = fmadd(h2f(x.d) * h2f(y.d), int block sum, acc); yd holds h2f(y.d) (exact),
+ * and the product of two broadcasts is the scalar product in every lane. The int block sum: Q8_0
+ * dot_i8_i8(x, y); Q4_0 (nibbles q) maddubs(q, y) - maddubs(8, y), pairwise summed (q4_0_block in
+ * dot_avx2.c), whose second term depends on y alone and is taken once per activation block. */
+AVX2 static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
     const int nb = a->n / QK8_0;
-    const block_q8_0 *x[4], *y[4];
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    const uint8_t *x[4];
+    const block_q8_0 *y[4];
     const float *yd[4];
     __m256 acc[4][4];
-    UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q8_0 *)(a->w + (size_t)(r + i) * a->w_stride);
+    UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
     UNROLL for (int j = 0; j < tn; j++) {
         y[j] = (const block_q8_0 *)(a->y + (size_t)(b + j) * a->y_stride);
         yd[j] = a->yd + (size_t)(b + j) * nb;
         UNROLL for (int i = 0; i < tm; i++) acc[i][j] = _mm256_setzero_ps();
     }
     for (int ib = 0; ib < nb; ib++) {
-        __m256i yq[4];
+        __m256i yq[4], y8[4];
         __m256 dy[4];
         UNROLL for (int j = 0; j < tn; j++) {
             yq[j] = _mm256_loadu_si256((const __m256i *)y[j][ib].qs);
+            if (q4) y8[j] = _mm256_maddubs_epi16(eight, yq[j]);
             dy[j] = _mm256_broadcast_ss(&yd[j][ib]);
         }
         UNROLL for (int i = 0; i < tm; i++) {
-            const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i][ib].qs);
+            const uint8_t *xb = x[i] + (size_t)ib * xblock; /* both blocks: the f16 scale d, then qs */
+            uint16_t d;
+            memcpy(&d, xb, sizeof d);
+            const __m256 dx = _mm256_set1_ps(h2f(d));
+            const __m256i xq = q4 ? unpack_nibbles16(xb + 2) : _mm256_loadu_si256((const __m256i *)(xb + 2));
             const __m256i ax = _mm256_sign_epi8(xq, xq);
-            const __m256 dx = _mm256_set1_ps(h2f(x[i][ib].d));
             UNROLL for (int j = 0; j < tn; j++) {
-                const __m256i p = dot_u8_i8(ax, _mm256_sign_epi8(yq[j], xq));
+                const __m256i p = q4 ? _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(xq, yq[j]), y8[j]), ones)
+                                     : _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq[j], xq)), ones);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
@@ -65,11 +78,12 @@ AVX2 static INLINE void q8_0_tile(const cpu_gemm_args *a, int r, int b, const in
         UNROLL for (int i = 0; i < tm; i++) a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(acc[i][j]);
 }
 
-/* 4 x 3 measured best on Zen 3 (12 accumulators; 2 x 4 and 4 x 4 within noise, 1 x 4 slower) */
+/* Q8_0: 4 x 3 measured best on Zen 3 (12 accumulators; 2 x 4 and 4 x 4 within noise, 1 x 4 slower) */
 #define Q8_TM 4
 #define Q8_TN 3
-#define Q8_TILE(tm, tn) \
-    AVX2 static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q8_0_tile(a, r, b, tm, tn); }
+#define Q8_TILE(tm, tn)                                                                                    \
+    AVX2 static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, false); } \
+    AVX2 static void q4_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, true); }
 Q8_TILE(1, 1) Q8_TILE(1, 2) Q8_TILE(1, 3)
 Q8_TILE(2, 1) Q8_TILE(2, 2) Q8_TILE(2, 3)
 Q8_TILE(3, 1) Q8_TILE(3, 2) Q8_TILE(3, 3)
@@ -79,6 +93,12 @@ Q8_TILE(4, 1) Q8_TILE(4, 2) Q8_TILE(4, 3)
 void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
     static const tile_fn tab[Q8_TM * Q8_TN] = {q8_0_1x1, q8_0_1x2, q8_0_1x3, q8_0_2x1, q8_0_2x2, q8_0_2x3,
                                                q8_0_3x1, q8_0_3x2, q8_0_3x3, q8_0_4x1, q8_0_4x2, q8_0_4x3};
+    walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+}
+
+void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const tile_fn tab[Q8_TM * Q8_TN] = {q4_0_1x1, q4_0_1x2, q4_0_1x3, q4_0_2x1, q4_0_2x2, q4_0_2x3,
+                                               q4_0_3x1, q4_0_3x2, q4_0_3x3, q4_0_4x1, q4_0_4x2, q4_0_4x3};
     walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 
