@@ -107,7 +107,7 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, in
     enum { MAXW = 11, MAXA = 11, MAXN = 768 };
     const kiln_type_info *ti = kiln_type_get(type);
     static uint8_t w[MAXW][MAXN / 32 * 34 + 64], y[MAXA][MAXN / 32 * 36 + 64];
-    static float yd[MAXA * (MAXN / 32) + 4], got[MAXA * MAXW], ref[MAXA * MAXW];
+    static float yd[MAXA * (MAXN / 32)], got[MAXA * MAXW], ref[MAXA * MAXW];
     float xf[MAXN];
     for (int r = 0; r < nw; r++) {
         for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (1 + r % 3);
@@ -117,10 +117,10 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, in
         for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (b % 4 ? 1.0f : 20.0f);
         kiln_quantize_row_for_dot(type, xf, y[b], n);
         if (ti->vec_dot_type == KILN_TYPE_Q8_0)
-            for (int ib = 0; ib < n / 32; ib++) yd[ib * MAXA + b] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
+            for (int ib = 0; ib < n / 32; ib++) yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
     }
     const cpu_gemm_args a = {.dot = ti->vec_dot_fast, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
-                             .y_stride = sizeof y[0], .yd = yd, .yd_stride = MAXA, .out = got, .out_stride = MAXW};
+                             .y_stride = sizeof y[0], .yd = yd, .out = got, .out_stride = MAXW};
     cpu_gemm_args aref = a;
     aref.out = ref;
     for (int i = 0; i < MAXA * MAXW; i++) got[i] = ref[i] = -1234.5f;

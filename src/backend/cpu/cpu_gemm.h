@@ -23,9 +23,7 @@ typedef struct cpu_gemm_args {
     size_t w_stride;
     const uint8_t *y;
     size_t y_stride;
-    const float *yd; /* Q8_0 activations: block ib of row b scaled by yd[ib * yd_stride + b] (floats; readable 3
-                      * past the last row), else NULL */
-    size_t yd_stride;
+    const float *yd; /* Q8_0 activations: the block scales of row b as floats at yd + b * (n / 32), else NULL */
     float *out;
     size_t out_stride;
 } cpu_gemm_args;

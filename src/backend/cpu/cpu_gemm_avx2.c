@@ -34,42 +34,43 @@ static void walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM,
 
 /* ----------------------------------------------------------------------------------- Q8_0, Q4_0 */
 
-/* The single dots per pair: acc = fmadd(h2f(x.d) * h2f(y.d), int block sum, acc). yd holds h2f(y.d) (exact)
- * block-major, so the tile's scale products of a weight row are one 4-lane multiply, stored and broadcast
- * from memory (each lane the scalar product). The int block sum: Q8_0 dot_i8_i8(x, y); Q4_0 (nibbles q)
- * maddubs(q, y) - maddubs(8, y), pairwise summed (q4_0_block in dot_avx2.c), whose second term depends on y
- * alone and is taken once per activation block. */
+/* The single dots per pair: acc = fmadd(h2f(x.d) * h2f(y.d), int block sum, acc); yd holds h2f(y.d) (exact),
+ * and the product of two broadcasts is the scalar product in every lane. The int block sum: Q8_0
+ * dot_i8_i8(x, y); Q4_0 (nibbles q) maddubs(q, y) - maddubs(8, y), pairwise summed (q4_0_block in
+ * dot_avx2.c), whose second term depends on y alone and is taken once per activation block. */
 AVX2 static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
     const int nb = a->n / QK8_0;
     const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
     const uint8_t *x[4];
     const block_q8_0 *y[4];
+    const float *yd[4];
     __m256 acc[4][4];
-    float sc[4][4] __attribute__((aligned(16)));
     UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
     UNROLL for (int j = 0; j < tn; j++) {
         y[j] = (const block_q8_0 *)(a->y + (size_t)(b + j) * a->y_stride);
+        yd[j] = a->yd + (size_t)(b + j) * nb;
         UNROLL for (int i = 0; i < tm; i++) acc[i][j] = _mm256_setzero_ps();
     }
     for (int ib = 0; ib < nb; ib++) {
-        const __m128 dy = _mm_loadu_ps(a->yd + (size_t)ib * a->yd_stride + (size_t)b); /* lanes >= tn unused */
         __m256i yq[4], y8[4];
+        __m256 dy[4];
         UNROLL for (int j = 0; j < tn; j++) {
             yq[j] = _mm256_loadu_si256((const __m256i *)y[j][ib].qs);
             if (q4) y8[j] = _mm256_maddubs_epi16(eight, yq[j]);
+            dy[j] = _mm256_broadcast_ss(&yd[j][ib]);
         }
         UNROLL for (int i = 0; i < tm; i++) {
             const uint8_t *xb = x[i] + (size_t)ib * xblock; /* both blocks: the f16 scale d, then qs */
             uint16_t d;
             memcpy(&d, xb, sizeof d);
-            _mm_store_ps(sc[i], _mm_mul_ps(_mm_cvtph_ps(_mm_set1_epi16((short)d)), dy)); /* h2f(d) in 4 lanes */
+            const __m256 dx = _mm256_set1_ps(h2f(d));
             const __m256i xq = q4 ? unpack_nibbles16(xb + 2) : _mm256_loadu_si256((const __m256i *)(xb + 2));
             const __m256i ax = _mm256_sign_epi8(xq, xq);
             UNROLL for (int j = 0; j < tn; j++) {
                 const __m256i p = q4 ? _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(xq, yq[j]), y8[j]), ones)
                                      : _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq[j], xq)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[i][j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
     }

@@ -22,7 +22,7 @@ size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     const kiln_type_info *t = kiln_type_get(type);
     KILN_ASSERT(t);
     size_t row = kiln_row_bytes(t->vec_dot_type, (uint64_t)n);
-    return scales_offset(row, B) + ((size_t)B * (size_t)(n / 32) + 4) * sizeof(float); /* + 4: whole-vector loads */
+    return scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float);
 }
 
 typedef struct matmul_job {
@@ -30,7 +30,7 @@ typedef struct matmul_job {
     const kiln_type_info *ti;
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
-    float *yd;              /* Q8_0 activations with B > 1: block ib of row b scaled by yd[ib * B + b], else NULL */
+    float *yd;              /* Q8_0 activations with B > 1: B rows of n/32 block scales as floats, else NULL */
     size_t qrow, wrow;
     int B, n, rows;
     float *out;
@@ -46,7 +46,7 @@ static void convert_rows(void *ctx, int ith, int nth) {
         if (!j->yd) continue;
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
-        for (int ib = 0; ib < nb; ib++) j->yd[(size_t)ib * j->B + b] = kiln_f16_to_f32(blk[ib].d);
+        for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
     }
 }
 
@@ -63,7 +63,7 @@ static void dot_rows(void *ctx, int ith, int nth) {
     /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
-                             .yd = j->yd, .yd_stride = (size_t)j->B, .out = j->out, .out_stride = (size_t)j->rows};
+                             .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
     const cpu_gemm_fn gemm = cpu_gemm_select(dot);
     int step = (int)(ACT_BLOCK_BYTES / j->qrow) & ~3;
     if (step < 4) step = 4;
