@@ -147,8 +147,8 @@ TEST(cpu_gemm_bit_identical_to_single_dots) {
         const kiln_type_info *ti = kiln_type_get(types[t]);
         const cpu_gemm_fn fast = cpu_gemm_select(ti->vec_dot_fast);
         if (fast == cpu_gemm_ref) printf("  (no tiled %s kernel on this CPU: the reference only)\n", ti->name);
-        for (int nw = 1; nw <= 11; nw += 1)
-            for (int na = 1; na <= 11; na += 2) {
+        for (int nw = 1; nw <= 11; nw++)
+            for (int na = 1; na <= 11; na++) {
                 gemm_case(types[t], fast, sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
                 if (nw > 2 && na > 2) gemm_case(types[t], fast, sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
             }
