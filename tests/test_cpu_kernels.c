@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_attn.h"
-#include "backend/cpu/cpu_dot_rows.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
 #include "formats/formats.h"
 
@@ -105,37 +105,57 @@ TEST(cpu_activation_quantizers_match_reference) {
     CHECK_EQ_INT(blk->qs[3], -2);
 }
 
-/* The multi-row dot (one weight row against 1..9 activation rows) gives exactly each single dot, for the
- * kernel the CPU backend picks (Q8_0 AVX2 where present) and for the reference. */
-TEST(cpu_dot_rows_bit_identical_to_single_dots) {
+/* One random block product: weight rows 0..nw-1, activation rows 0..na-1 of n values, the tiled kernel over
+ * the sub-block [r0, r1) x [b0, b1) against the single dot pair by pair (bit for bit) and the reference
+ * (cpu_gemm_ref); cells outside the sub-block must stay untouched. */
+static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, int r0, int r1, int b0, int b1, uint64_t *rng) {
+    enum { MAXW = 11, MAXA = 11, MAXN = 768 };
+    const kiln_type_info *ti = kiln_type_get(type);
+    static uint8_t w[MAXW][MAXN / 32 * 34 + 64], y[MAXA][MAXN / 32 * 36 + 64];
+    static float yd[MAXA * (MAXN / 32)], got[MAXA * MAXW], ref[MAXA * MAXW];
+    float xf[MAXN];
+    for (int r = 0; r < nw; r++) {
+        for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (1 + r % 3);
+        ti->from_float(xf, w[r], n);
+    }
+    for (int b = 0; b < na; b++) {
+        for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (b % 4 ? 1.0f : 20.0f);
+        kiln_quantize_row_for_dot(type, xf, y[b], n);
+        if (ti->vec_dot_type == KILN_TYPE_Q8_0)
+            for (int ib = 0; ib < n / 32; ib++) yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
+    }
+    const cpu_gemm_args a = {.dot = ti->vec_dot_fast, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
+                             .y_stride = sizeof y[0], .yd = yd, .out = got, .out_stride = MAXW};
+    cpu_gemm_args aref = a;
+    aref.out = ref;
+    for (int i = 0; i < MAXA * MAXW; i++) got[i] = ref[i] = -1234.5f;
+    fast(&a, r0, r1, b0, b1);
+    cpu_gemm_ref(&aref, r0, r1, b0, b1);
+    for (int b = 0; b < na; b++)
+        for (int r = 0; r < nw; r++) {
+            float want = -1234.5f;
+            if (r >= r0 && r < r1 && b >= b0 && b < b1) ti->vec_dot_fast(n, &want, w[r], y[b]);
+            CHECKF(!memcmp(&want, &got[b * MAXW + r], sizeof want) && !memcmp(&want, &ref[b * MAXW + r], sizeof want),
+                   "%s n %d rows [%d,%d) acts [%d,%d) cell (%d,%d): single %.9g tiled %.9g ref %.9g", ti->name, n, r0, r1,
+                   b0, b1, r, b, want, got[b * MAXW + r], ref[b * MAXW + r]);
+        }
+}
+
+/* The tiled block products (every tile shape and edge: 1..11 weight rows x 1..11 activation rows, sub-blocks
+ * not starting at 0) give exactly each single dot, for the kernels the CPU backend picks. */
+TEST(cpu_gemm_bit_identical_to_single_dots) {
     kiln_formats_init();
-    const kiln_type_info *ti = kiln_type_get(KILN_TYPE_Q8_0);
-    const cpu_dot_rows_fn fast = cpu_dot_rows_select(ti->vec_dot_fast);
-    if (fast == cpu_dot_rows_ref) printf("  (no multi-row kernel on this CPU: the reference only)\n");
-    enum { N = 256, MAXR = 9 };
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
+    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
     uint64_t rng = 2024;
-    float xf[N];
-    uint8_t w[N / 32 * 34], y[MAXR][N / 32 * 34];
-    for (int round = 0; round < 20; round++) {
-        for (int i = 0; i < N; i++) xf[i] = test_rand_normal(&rng);
-        ti->from_float(xf, w, N);
-        for (int r = 0; r < MAXR; r++) {
-            for (int i = 0; i < N; i++) xf[i] = test_rand_normal(&rng) * (1 + r);
-            kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, xf, y[r], N);
-        }
-        for (int ny = 1; ny <= MAXR; ny++) {
-            float want[MAXR * 3], got[MAXR * 3], ref[MAXR * 3];
-            for (int r = 0; r < ny; r++) ti->vec_dot_fast(N, &want[r * 3], w, y[r]);
-            float yd[MAXR][N / 32];
-            for (int r = 0; r < ny; r++)
-                for (int ib = 0; ib < N / 32; ib++) yd[r][ib] = kiln_f16_to_f32(((const block_q8_0 *)y[r])[ib].d);
-            fast(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, yd[0], got, 3);
-            cpu_dot_rows_ref(ti->vec_dot_fast, N, w, y[0], sizeof y[0], ny, NULL, ref, 3);
-            for (int r = 0; r < ny; r++) {
-                CHECKF(!memcmp(&want[r * 3], &got[r * 3], sizeof(float)), "round %d ny %d row %d: %.9g vs %.9g", round,
-                       ny, r, want[r * 3], got[r * 3]);
-                CHECK(!memcmp(&want[r * 3], &ref[r * 3], sizeof(float)));
+    for (int t = 0; t < 3; t++) {
+        const kiln_type_info *ti = kiln_type_get(types[t]);
+        const cpu_gemm_fn fast = cpu_gemm_select(ti->vec_dot_fast);
+        if (fast == cpu_gemm_ref) printf("  (no tiled %s kernel on this CPU: the reference only)\n", ti->name);
+        for (int nw = 1; nw <= 11; nw++)
+            for (int na = 1; na <= 11; na++) {
+                gemm_case(types[t], fast, sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
+                if (nw > 2 && na > 2) gemm_case(types[t], fast, sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
             }
-        }
     }
 }

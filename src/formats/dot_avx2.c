@@ -23,12 +23,6 @@ int kiln_cpu_has_avx2(void) {
 
 /* ------------------------------------------------------------------------------------- helpers */
 
-/* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
-AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
-}
-
 /* 32 bits -> 32 bytes, 0xFF where the bit is set (byte i <- bit i). */
 AVX2 static inline __m256i bits_to_bytes(const uint8_t *p) {
     uint32_t bits;
@@ -178,8 +172,6 @@ AVX2 void kiln_dot_q5_1_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ---------------------------------------------------------------------------- 256-value blocks */
 
-AVX2 static inline __m256i load_bsums(const block_q8_K *y) { return _mm256_loadu_si256((const __m256i *)y->bsums); }
-
 /* 16 per-16-value int8 scales -> int16 vector, low 128-bit lane the even-numbered scales, high lane
  * the odd-numbered ones; scale_pair(v, g) then yields [s(2g) x8 | s(2g+1) x8], the multiplier of the
  * maddubs result of values 32g..32g+31. */
@@ -188,8 +180,6 @@ AVX2 static inline __m256i scales_even_odd(__m128i sc8) {
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, perm));
 }
 #define scale_pair(v, g) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (g) + 1) << 8) | (2 * (g)))))
-/* 8 per-32-value scales (int16 in both lanes) -> scale j in every lane. */
-#define scale_one(v, j) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (j) + 1) << 8) | (2 * (j)))))
 
 AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q2_K *x = vx;
@@ -269,15 +259,10 @@ AVX2 void kiln_dot_q3_K_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* Q4_K / Q5_K: 8 scales (int16, both lanes) and the mins term sum_j min_j * (bsums[2j] + bsums[2j+1]). */
 AVX2 static inline __m256i k4_prepare(const uint8_t *packed, const block_q8_K *y, __m256 *mins_term) {
-    /* the unpacking of kiln_k4_scales_mins, kept in registers (a store + reload of the bytes stalls) */
-    uint32_t u[3];
-    memcpy(u, packed, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
-    const __m128i sc8 = _mm_setr_epi32((int)(u[0] & lo6), (int)((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)), 0, 0);
-    const __m128i m8 = _mm_setr_epi32((int)(u[1] & lo6), (int)(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)), 0, 0);
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 ... */
+    __m256i mins16;
+    const __m256i sc = k4_scales_mins(packed, &mins16);
     *mins_term = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), mins16));
-    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
+    return sc;
 }
 
 AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {

@@ -1,6 +1,6 @@
 /*
  * simd_avx2.h — the AVX2 helpers shared by the block dot products (formats/dot_avx2.c) and the CPU
- * backend's multi-row dots (backend/cpu/cpu_dot_rows_avx2.c), so both compute a block the same way.
+ * backend's tiled block products (backend/cpu/cpu_gemm_avx2.c), so both compute a block the same way.
  * Every function carries its own target attribute; callers check kiln_cpu_has_avx2() first.
  */
 #ifndef KILN_FORMATS_SIMD_AVX2_H
@@ -8,6 +8,9 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "formats/blocks.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -29,6 +32,30 @@ AVX2 static inline __m256i dot_u8_i8(__m256i u, __m256i s) {
 /* Same for two signed vectors (sign moved onto s so maddubs sees |a|). */
 AVX2 static inline __m256i dot_i8_i8(__m256i a, __m256i s) {
     return dot_u8_i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(s, a));
+}
+
+/* 32 nibbles of 16 bytes: lanes 0..15 the low nibbles, lanes 16..31 the high nibbles. */
+AVX2 static inline __m256i unpack_nibbles16(const uint8_t *p) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+AVX2 static inline __m256i load_bsums(const block_q8_K *y) { return _mm256_loadu_si256((const __m256i *)y->bsums); }
+
+/* 8 per-32-value scales (int16 in both lanes) -> scale j in every lane. */
+#define scale_one(v, j) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (j) + 1) << 8) | (2 * (j)))))
+
+/* The 12 packed bytes of a Q4_K / Q5_K block (the unpacking of kiln_k4_scales_mins, kept in registers: a
+ * store + reload of the bytes stalls): returns the 8 scales as int16 in both 128-bit lanes; *mins16
+ * receives the 8 mins as int16, each twice (m0 m0 m1 m1 ...), the multiplier of the 16 bsums. */
+AVX2 static inline __m256i k4_scales_mins(const uint8_t *packed, __m256i *mins16) {
+    uint32_t u[3];
+    memcpy(u, packed, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const __m128i sc8 = _mm_setr_epi32((int)(u[0] & lo6), (int)((u[2] & lo4) | (((u[0] >> 6) & lo2) << 4)), 0, 0);
+    const __m128i m8 = _mm_setr_epi32((int)(u[1] & lo6), (int)(((u[2] >> 4) & lo4) | (((u[1] >> 6) & lo2) << 4)), 0, 0);
+    *mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
 }
 
 #endif

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "backend/cpu/cpu_dot_rows.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "base/error.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
@@ -13,7 +13,11 @@
 /* output rows per chunk of the pool: a multiple of a cache line of floats */
 #define ROW_GRAIN 16
 
-/* The converted rows, then (Q8_0 activations) their block scales as floats for the multi-row dot. */
+/* activation bytes per cache block of the tiled product: the block stays in L2 while a thread's weight
+ * rows stream past it once */
+#define ACT_BLOCK_BYTES (192u << 10)
+
+/* The converted rows, then (Q8_0 activations) their block scales as floats for the tiled product. */
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
 
 size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
@@ -54,10 +58,14 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
         for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
         return;
     }
-    /* each weight row once against all B rows (bit-identical to B single dots) */
-    const cpu_dot_rows_fn rows_fn = cpu_dot_rows_select(dot);
-    for (int r = lo; r < hi; r++)
-        rows_fn(dot, j->n, w + (size_t)r * j->wrow, j->qx, j->qrow, j->B, j->yd, &j->out[r], (size_t)j->rows);
+    /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
+     * (each pair bit-identical to the single dot) */
+    const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
+                             .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
+    const cpu_gemm_fn gemm = cpu_gemm_select(dot);
+    int step = (int)(ACT_BLOCK_BYTES / j->qrow) & ~3;
+    if (step < 4) step = 4;
+    for (int b = 0; b < j->B; b += step) gemm(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
 }
 
 void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {

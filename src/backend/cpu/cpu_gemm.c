@@ -1,0 +1,21 @@
+/* cpu_gemm.c — the reference block product and the choice of a tiled one (cpu_gemm.h). */
+#include "backend/cpu/cpu_gemm.h"
+
+#include "formats/blocks.h"
+
+void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    for (int b = b0; b < b1; b++)
+        for (int r = r0; r < r1; r++)
+            a->dot(a->n, &a->out[(size_t)b * a->out_stride + (size_t)r], a->w + (size_t)r * a->w_stride,
+                   a->y + (size_t)b * a->y_stride);
+}
+
+cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* only where it is the dot in use: the tiles reproduce that function, not the type */
+    if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_q4_0_avx2;
+    if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_q4_K_avx2;
+#endif
+    return cpu_gemm_ref;
+}

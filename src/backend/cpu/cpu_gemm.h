@@ -1,0 +1,46 @@
+/*
+ * cpu_gemm.h — a block of weight rows x a block of activation rows at once (the prefill product): the
+ * fast kernels work on register tiles of several weight rows x several activation rows, so one activation
+ * load serves several weight rows and one weight load (and unpacking) several activation rows. Each
+ * (weight row, activation row) pair keeps its own accumulators and the order of operations of the type's
+ * vec_dot_fast, so every result is bit-identical to that single dot (a sequence's logits in a batch equal
+ * its logits alone). The reference is the single dot applied pair by pair (cpu_gemm_ref).
+ */
+#ifndef KILN_CPU_GEMM_H
+#define KILN_CPU_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "formats/formats.h"
+
+/* The operands: weight rows of w_stride bytes, activation rows converted to the weight's vec_dot_type of
+ * y_stride bytes, results out[b * out_stride + r] for weight row r and activation row b. */
+typedef struct cpu_gemm_args {
+    kiln_vec_dot_fn dot; /* the type's vec_dot_fast: what every result must equal bit for bit */
+    int n;               /* values per row */
+    const uint8_t *w;
+    size_t w_stride;
+    const uint8_t *y;
+    size_t y_stride;
+    const float *yd; /* Q8_0 activations: the block scales of row b as floats at yd + b * (n / 32), else NULL */
+    float *out;
+    size_t out_stride;
+} cpu_gemm_args;
+
+/* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
+typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+
+/* The reference: the single dot, pair by pair. */
+void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q8_0 x Q8_0 tiles, bit-identical to kiln_dot_q8_0_avx2 (reads a->yd). */
+void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q4_0 x Q8_0 tiles, bit-identical to kiln_dot_q4_0_avx2 (reads a->yd). */
+void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q4_K x Q8_K tiles, bit-identical to kiln_dot_q4_K_avx2. */
+void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+
+/* The tiled kernel that reproduces `dot` (a type's vec_dot_fast) exactly, or the reference. */
+cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot);
+
+#endif

@@ -1,0 +1,166 @@
+/*
+ * cpu_gemm_avx2.c — register-tiled block products (cpu_gemm.h) for Q8_0, Q4_0 and Q4_K weights. A tile is up to
+ * TM weight rows x TN activation rows; per pair the float operations are those of the single dot in
+ * formats/dot_avx2.c in the same order (one accumulator per pair, blocks in order, the same scale
+ * products, the same final reduction), so each result is bit-identical to it. Integer partial sums are
+ * exact, so how they are grouped does not matter. The gain: a weight block is loaded and unpacked once per
+ * TN activation rows, an activation block loaded once per TM weight rows.
+ */
+#include "backend/cpu/cpu_gemm.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "formats/blocks.h"
+#include "formats/simd_avx2.h"
+
+#define INLINE __attribute__((always_inline)) inline
+/* the tile loops have constant bounds once inlined: unrolled, their arrays live in registers */
+#define UNROLL _Pragma("GCC unroll 4")
+
+typedef void (*tile_fn)(const cpu_gemm_args *a, int r, int b);
+
+/* Walks the block in tiles of TM x TN (smaller at the edges): weight tile outer, so its rows stay in L1
+ * while the activation rows (the caller's cache block) stream from L2. tab[(tm - 1) * TN + tn - 1]. */
+static void walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM, int TN, const tile_fn *tab) {
+    for (int r = r0; r < r1; r += TM) {
+        const int tm = r1 - r < TM ? r1 - r : TM;
+        for (int b = b0; b < b1; b += TN) {
+            const int tn = b1 - b < TN ? b1 - b : TN;
+            tab[(tm - 1) * TN + tn - 1](a, r, b);
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------------------- Q8_0, Q4_0 */
+
+/* The single dots per pair: acc = fmadd(h2f(x.d) * h2f(y.d), int block sum, acc); yd holds h2f(y.d) (exact),
+ * and the product of two broadcasts is the scalar product in every lane. The int block sum: Q8_0
+ * dot_i8_i8(x, y); Q4_0 (nibbles q) maddubs(q, y) - maddubs(8, y), pairwise summed (q4_0_block in
+ * dot_avx2.c), whose second term depends on y alone and is taken once per activation block. */
+AVX2 static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
+    const int nb = a->n / QK8_0;
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    const uint8_t *x[4];
+    const block_q8_0 *y[4];
+    const float *yd[4];
+    __m256 acc[4][4];
+    UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_0 *)(a->y + (size_t)(b + j) * a->y_stride);
+        yd[j] = a->yd + (size_t)(b + j) * nb;
+        UNROLL for (int i = 0; i < tm; i++) acc[i][j] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < nb; ib++) {
+        __m256i yq[4], y8[4];
+        __m256 dy[4];
+        UNROLL for (int j = 0; j < tn; j++) {
+            yq[j] = _mm256_loadu_si256((const __m256i *)y[j][ib].qs);
+            if (q4) y8[j] = _mm256_maddubs_epi16(eight, yq[j]);
+            dy[j] = _mm256_broadcast_ss(&yd[j][ib]);
+        }
+        UNROLL for (int i = 0; i < tm; i++) {
+            const uint8_t *xb = x[i] + (size_t)ib * xblock; /* both blocks: the f16 scale d, then qs */
+            uint16_t d;
+            memcpy(&d, xb, sizeof d);
+            const __m256 dx = _mm256_set1_ps(h2f(d));
+            const __m256i xq = q4 ? unpack_nibbles16(xb + 2) : _mm256_loadu_si256((const __m256i *)(xb + 2));
+            const __m256i ax = _mm256_sign_epi8(xq, xq);
+            UNROLL for (int j = 0; j < tn; j++) {
+                const __m256i p = q4 ? _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(xq, yq[j]), y8[j]), ones)
+                                     : _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq[j], xq)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++)
+        UNROLL for (int i = 0; i < tm; i++) a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(acc[i][j]);
+}
+
+/* Q8_0: 4 x 3 measured best on Zen 3 (12 accumulators; 2 x 4 and 4 x 4 within noise, 1 x 4 slower) */
+#define Q8_TM 4
+#define Q8_TN 3
+#define Q8_TILE(tm, tn)                                                                                    \
+    AVX2 static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, false); } \
+    AVX2 static void q4_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, true); }
+Q8_TILE(1, 1) Q8_TILE(1, 2) Q8_TILE(1, 3)
+Q8_TILE(2, 1) Q8_TILE(2, 2) Q8_TILE(2, 3)
+Q8_TILE(3, 1) Q8_TILE(3, 2) Q8_TILE(3, 3)
+Q8_TILE(4, 1) Q8_TILE(4, 2) Q8_TILE(4, 3)
+#undef Q8_TILE
+
+void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const tile_fn tab[Q8_TM * Q8_TN] = {q8_0_1x1, q8_0_1x2, q8_0_1x3, q8_0_2x1, q8_0_2x2, q8_0_2x3,
+                                               q8_0_3x1, q8_0_3x2, q8_0_3x3, q8_0_4x1, q8_0_4x2, q8_0_4x3};
+    walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+}
+
+void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const tile_fn tab[Q8_TM * Q8_TN] = {q4_0_1x1, q4_0_1x2, q4_0_1x3, q4_0_2x1, q4_0_2x2, q4_0_2x3,
+                                               q4_0_3x1, q4_0_3x2, q4_0_3x3, q4_0_4x1, q4_0_4x2, q4_0_4x3};
+    walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+}
+
+/* ------------------------------------------------------------------------------------------ Q4_K */
+
+/* kiln_dot_q4_K_avx2 per pair and block: acc = fmadd(y.d * h2f(x.d), int sums, acc), accm = fmadd(y.d *
+ * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). The nibbles and scales of a weight block
+ * are unpacked once for the tile's activation rows. */
+AVX2 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
+    const int nb = a->n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const block_q4_K *x[2];
+    const block_q8_K *y[4];
+    __m256 acc[2][4], accm[2][4];
+    UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q4_K *)(a->w + (size_t)(r + i) * a->w_stride);
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_K *)(a->y + (size_t)(b + j) * a->y_stride);
+        UNROLL for (int i = 0; i < tm; i++) acc[i][j] = accm[i][j] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < nb; ib++) {
+        UNROLL for (int i = 0; i < tm; i++) {
+            const block_q4_K *xb = &x[i][ib];
+            __m256i mins16;
+            const __m256i sc = k4_scales_mins(xb->scales, &mins16);
+            __m256i sum[4];
+            UNROLL for (int j = 0; j < tn; j++) sum[j] = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k));
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i slo = scale_one(sc, 2 * k), shi = scale_one(sc, 2 * k + 1);
+                UNROLL for (int j = 0; j < tn; j++) {
+                    const int8_t *q8 = y[j][ib].qs + 64 * k;
+                    const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+                    const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+                    sum[j] = _mm256_add_epi32(sum[j], _mm256_add_epi32(_mm256_madd_epi16(p0, slo), _mm256_madd_epi16(p1, shi)));
+                }
+            }
+            const float dx = h2f(xb->d), dmx = h2f(xb->dmin);
+            UNROLL for (int j = 0; j < tn; j++) {
+                const block_q8_K *yb = &y[j][ib];
+                const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(yb), mins16));
+                accm[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dmx), mins, accm[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dx), _mm256_cvtepi32_ps(sum[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++)
+        UNROLL for (int i = 0; i < tm; i++)
+            a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(_mm256_sub_ps(acc[i][j], accm[i][j]));
+}
+
+/* 2 x 4 measured best on Zen 3 (1 x 4 and 2 x 2 slower) */
+#define K4_TM 2
+#define K4_TN 4
+#define K4_TILE(tm, tn) \
+    AVX2 static void q4_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q4_K_tile(a, r, b, tm, tn); }
+K4_TILE(1, 1) K4_TILE(1, 2) K4_TILE(1, 3) K4_TILE(1, 4)
+K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4)
+#undef K4_TILE
+
+void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
+                                               q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4};
+    walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
+}
