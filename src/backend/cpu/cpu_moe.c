@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_dot_rows.h"
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "base/error.h"
@@ -147,13 +147,13 @@ static int route_rows(kiln_pool *pool, const kiln_block_ffn *f, const float *x, 
 
 /* ---- the fused path ---- */
 
-/* One weight type's dot: the fast single dot and the multi-row kernel that reproduces it. */
+/* One weight type's dot: the fast single dot and the tiled kernel that reproduces it. */
 typedef struct moe_dot {
     kiln_vec_dot_fn dot;
-    cpu_dot_rows_fn rows;
+    cpu_gemm_fn rows;
     size_t wrow;      /* bytes of one weight row */
     size_t wmat;      /* bytes of one expert's matrix */
-    bool q8_0;        /* the activations are Q8_0 (the multi-row kernel reads their scales as floats) */
+    bool q8_0;        /* the activations are Q8_0 (the tiled kernel reads their scales as floats) */
 } moe_dot;
 
 static moe_dot moe_dot_of(const kiln_weight *w) {
@@ -161,15 +161,20 @@ static moe_dot moe_dot_of(const kiln_weight *w) {
     KILN_ASSERT(ti && ti->vec_dot);
     moe_dot d = {.dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot, .wrow = kiln_row_bytes(w->type, w->ne[0]),
                  .wmat = (size_t)(w->nbytes / w->ne[2]), .q8_0 = ti->vec_dot_type == KILN_TYPE_Q8_0};
-    d.rows = cpu_dot_rows_select(d.dot);
+    d.rows = cpu_gemm_select(d.dot);
     return d;
 }
 
 /* s[i * s_stride] = dot(weight row w, converted row y + i * y_stride) for i < ny: bit-identical to cpu_matmul's. */
 static void dot_entries(const moe_dot *d, int n, const uint8_t *w, const uint8_t *y, size_t y_stride, const float *yd,
                         int ny, float *s, size_t s_stride) {
-    if (ny == 1) d->dot(n, s, w, y);
-    else d->rows(d->dot, n, w, y, y_stride, ny, d->q8_0 ? yd : NULL, s, s_stride);
+    if (ny == 1) {
+        d->dot(n, s, w, y);
+        return;
+    }
+    const cpu_gemm_args a = {.dot = d->dot, .n = n, .w = w, .w_stride = d->wrow, .y = y, .y_stride = y_stride,
+                             .yd = d->q8_0 ? yd : NULL, .out = s, .out_stride = s_stride};
+    d->rows(&a, 0, 1, 0, ny);
 }
 
 /* Converts one row for a weight type's dot into q, and its Q8_0 block scales into qd (when Q8_0). */
