@@ -68,10 +68,16 @@ kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out,
 /* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16). */
 kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, float *y);
 /* Causal attention of n_tok queries at positions pos0.. over keys 0..pos0+t (K, V: n_keys x n_head_kv*hd),
- * q: n_tok x n_head*hd, out like q. split: true runs the decode path (split across blocks, the last block
- * combining; n_tok must be 1), false the prefill path. */
+ * q: n_tok x n_head*hd, out like q, through the prefill kernel. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
-                                     int head_dim, int pos0, int n_tok, bool split, float *out);
+                                     int head_dim, int pos0, int n_tok, float *out);
+/* The decode kernel over n_rows rows of one step: row r is the query q[r] (n_head*hd) at position pos[r] of
+ * sequence seq[r], over keys 0..pos[r] of that sequence (K, V: n_seqs x n_ctx x n_head_kv*hd, n_seqs the
+ * largest seq + 1); pos[r] < 0 is a padding row (output zeros). n_split splits (0: what the backend picks for
+ * n_rows rows), output as float or (half_out) as half; the kernel runs twice (its counters must reset). */
+kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
+                                          int head_dim, int n_ctx, int n_rows, const int *seq, const int *pos,
+                                          int n_split, bool half_out, float *out);
 
 #endif /* KILN_HAVE_CUDA */
 

@@ -3,10 +3,8 @@
  *   k_matvec<T>    decode matrix x vector (matvec_block: its prologue builds the input, copy or fused RMSNorm;
  *                  its epilogue stores / adds to the residual / applies RoPE and appends K,V to the cache /
  *                  applies SwiGLU / writes logits and the argmax)
- *   k_attention    attention over the F16 KV cache, split across blocks with the last block of each KV
- *                  head combining the splits (decode), or whole (prefill)
  *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
- *   k_embed<T>, k_rmsnorm_rows, k_rope_store, k_swiglu_*, k_repack   the small pieces
+ *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -20,7 +18,7 @@
 
 using namespace nvcuda;
 
-/* ------------------------------------------------------------------ decode: matrix x vector, attention */
+/* ------------------------------------------------------------------ decode: matrix x vector */
 
 template <int T>
 __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const __grid_constant__ mv_args a) {
@@ -29,12 +27,6 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const __grid_constant_
     matvec_prefetch(a, blockIdx.x, gridDim.x, 1);
     pdl_wait_then_trigger();
     matvec_block<T>(a, blockIdx.x, gridDim.x, xs);
-}
-
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(const __grid_constant__ attn_args a) {
-    __shared__ __align__(16) float sm[ATT_SMEM_BYTES / 4];
-    pdl_wait_then_trigger();
-    attention_item<ATT_MAX_G, 8>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
 }
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
@@ -142,11 +134,11 @@ __global__ void __launch_bounds__(128) k_embed(const dev_weight w, const int *id
     }
 }
 
-__global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const float *w, float eps, int n, __half *out,
-                                                      int out_stride) {
+__global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const int *idx, const float *w, float eps, int n,
+                                                      __half *out, int out_stride) {
     __shared__ float red[8];
     pdl_wait_then_trigger();
-    const float *xr = x + (long long)blockIdx.x * n;
+    const float *xr = x + (long long)(idx ? idx[blockIdx.x] : blockIdx.x) * n;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
     const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)n + eps);
@@ -154,10 +146,42 @@ __global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const floa
         out[(long long)blockIdx.x * out_stride + i] = __float2half((xr[i] * scale) * w[i]);
 }
 
-__global__ void k_rope_store(float *qkv, int stride, int pos0, int nq, int nk, int head_dim, int n_rot,
-                             const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim) {
+/* One block per row: the argmax of its n values (larger value, then lower index). */
+__global__ void __launch_bounds__(1024) k_argmax_rows(const float *x, int n, int *out) {
+    __shared__ float bv_sh[32];
+    __shared__ int bi_sh[32];
     pdl_wait_then_trigger();
-    const int t = blockIdx.x, pos = pos0 + t;
+    const float *xr = x + (long long)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = 0x7FFFFFFF;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __ldcg(xr + i);
+        if (arg_better(v, i, bv, bi)) bv = v, bi = i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) bv_sh[warp] = bv, bi_sh[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (arg_better(bv_sh[w], bi_sh[w], bv, bi)) bv = bv_sh[w], bi = bi_sh[w];
+        out[blockIdx.x] = bi == 0x7FFFFFFF ? 0 : bi;
+    }
+}
+
+__global__ void k_rope_store(float *qkv, int stride, int pos0, const int *pos_dev, const int *seq_dev,
+                             long long seq_stride, int nq, int nk, int head_dim, int n_rot, const float *rope_freq,
+                             __half *k_cache, __half *v_cache, int kv_dim) {
+    pdl_wait_then_trigger();
+    const int t = blockIdx.x, pos = pos_dev ? pos_dev[t] : pos0 + t;
+    if (pos < 0) return; /* a padding row */
+    const long long so = seq_dev ? (long long)seq_dev[t] * seq_stride : 0;
+    k_cache += so, v_cache += so;
     float *row = qkv + (long long)t * stride;
     for (int pr = threadIdx.x; pr < (nq + nk) / 2; pr += blockDim.x) {
         const int gr = 2 * pr;
@@ -193,8 +217,9 @@ __device__ static void rope_pair(float *x, int i0, int i1, int pos, float freq) 
  * K/V append (ck_qkv_post). */
 __global__ void k_qkv_post(qkv_post_args a) {
     pdl_wait_then_trigger();
-    const int t = blockIdx.x, pos = a.pos_dev ? *a.pos_dev : a.pos0 + t;
+    const int t = blockIdx.x, pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
     float *row = a.qkv + (long long)t * a.stride;
+    const long long so = a.seq_dev && pos >= 0 ? (long long)a.seq_dev[t] * a.seq_stride : 0;
     const int nqk = a.nq + a.nk, hd = a.head_dim, half = a.n_rot / 2;
     if (a.bias) {
         for (int i = threadIdx.x; i < nqk + a.nk; i += blockDim.x) row[i] += a.bias[i];
@@ -218,14 +243,14 @@ __global__ void k_qkv_post(qkv_post_args a) {
         int i0 = 2 * j, i1 = 2 * j + 1;
         if (a.neox && j < half) i0 = j, i1 = j + half;
         if (j < half) rope_pair(x, i0, i1, pos, a.rope_freq[j]);
-        if (h * hd >= a.nq) {
-            __half *k = a.k_cache + (long long)pos * a.kv_dim + (h * hd - a.nq);
+        if (h * hd >= a.nq && pos >= 0) {
+            __half *k = a.k_cache + so + (long long)pos * a.kv_dim + (h * hd - a.nq);
             k[i0] = __float2half(x[i0]);
             k[i1] = __float2half(x[i1]);
         }
     }
-    for (int i = threadIdx.x; i < a.nk; i += blockDim.x)
-        a.v_cache[(long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
+    for (int i = threadIdx.x; pos >= 0 && i < a.nk; i += blockDim.x)
+        a.v_cache[so + (long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
 }
 
 __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out, int out_stride) {
@@ -265,8 +290,8 @@ static const struct {
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
-    {(const void *)k_attention, "attention"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
+    {(const void *)k_argmax_rows, "argmax_rows"},
     {(const void *)k_rope_store, "rope_store"},
     {(const void *)k_qkv_post, "qkv_post"},
     {(const void *)k_swiglu_rows, "swiglu_rows"},
@@ -277,30 +302,13 @@ static const struct {
 /* per thread, set from the session at the start of each of its calls (no process-wide state) */
 static thread_local bool g_pdl = false;
 void ck_set_pdl(bool on) { g_pdl = on; }
-
-/* Launches k with the programmatic-serialization attribute when PDL is on (and `pdl` for this launch). */
-template <typename... KArgs, typename... Args>
-static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
-                   Args &&...args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = g_pdl && pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
-}
+bool ck_pdl_on(void) { return g_pdl; }
 
 #define N_TABLE ((int)(sizeof kernel_table / sizeof kernel_table[0]))
-int ck_kernel_count(void) { return N_TABLE; }
-const void *ck_kernel_at(int i) { return kernel_table[i].fn; }
-const char *ck_kernel_name(int i) { return kernel_table[i].name; }
-
-size_t ck_attention_smem(void) { return ATT_SMEM_BYTES; }
+/* this file's kernels, then the attention kernels (cuda_attention.cu) */
+int ck_kernel_count(void) { return N_TABLE + ck_attn_kernel_count(); }
+const void *ck_kernel_at(int i) { return i < N_TABLE ? kernel_table[i].fn : ck_attn_kernel_at(i - N_TABLE); }
+const char *ck_kernel_name(int i) { return i < N_TABLE ? kernel_table[i].name : ck_attn_kernel_name(i - N_TABLE); }
 
 size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16) * sizeof(float); }
 
@@ -347,19 +355,19 @@ void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
 #undef L
 }
 
-void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st) {
-    launch(k_attention, dim3(n_split, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
-}
-
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st) {
 #define L(T) launch(k_embed<T>, dim3(n_tok), dim3(128), 0, st, false, w, ids, x)
     DISPATCH(w.type, L)
 #undef L
 }
 
-void ck_rmsnorm_rows(const float *x, const float *w, float eps, int n, int n_tok, __half *out, int out_stride,
-                     cudaStream_t st) {
-    launch(k_rmsnorm_rows, dim3(n_tok), dim3(256), 0, st, true, x, w, eps, n, out, out_stride);
+void ck_rmsnorm_rows(const float *x, const int *idx, const float *w, float eps, int n, int n_tok, __half *out,
+                     int out_stride, cudaStream_t st) {
+    launch(k_rmsnorm_rows, dim3(n_tok), dim3(256), 0, st, true, x, idx, w, eps, n, out, out_stride);
+}
+
+void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st) {
+    launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
 }
 
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
@@ -370,10 +378,11 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
 #undef L
 }
 
-void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
-                   const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
-    launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, nq, nk, head_dim, n_rot, rope_freq,
-           k_cache, v_cache, kv_dim);
+void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,
+                   long long seq_stride, int nq, int nk, int head_dim, int n_rot, const float *rope_freq,
+                   __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
+    launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, pos_dev, seq_dev, seq_stride, nq, nk,
+           head_dim, n_rot, rope_freq, k_cache, v_cache, kv_dim);
 }
 
 void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st) {
