@@ -164,11 +164,15 @@ TEST(cuda_gemm_matches_scalar_reference_every_type) {
                     for (int k = 0; k < in; k++) acc += (double)deq[(size_t)r * in + k] * x[(size_t)tk * in + k];
                     ref[(size_t)tk * out + r] = acc;
                 }
-            for (int i = 0; i < out * n_tok; i++) y[i] = NAN;
-            CHECK_OK(kiln_cuda_test_gemm(type, w, in, out, x, n_tok, y));
-            /* F16 operands on the tensor cores: about 1e-3 relative */
-            const double e = rel_err(y, ref, (size_t)out * n_tok);
-            CHECKF(e < 4e-3, "gemm %s %dx%d x %d tokens: relative error %.3g", ti->name, out, in, n_tok, e);
+            /* whole, and with the k range split in 3 (the decode steps' split-K) */
+            for (int ks = 1; ks <= 3; ks += 2) {
+                for (int i = 0; i < out * n_tok; i++) y[i] = NAN;
+                CHECK_OK(kiln_cuda_test_gemm(type, w, in, out, x, n_tok, ks, y));
+                /* F16 operands on the tensor cores: about 1e-3 relative */
+                const double e = rel_err(y, ref, (size_t)out * n_tok);
+                CHECKF(e < 4e-3, "gemm %s %dx%d x %d tokens, k split %d: relative error %.3g", ti->name, out, in, n_tok,
+                       ks, e);
+            }
             free(w), free(deq), free(x), free(y), free(ref);
         }
     }

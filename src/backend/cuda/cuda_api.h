@@ -65,8 +65,10 @@ void kiln_cuda_set_use_graph(void *state, bool use_graph);
  * non-NULL the input is RMSNorm(x) * norm_w (eps 1e-5) as in the decode path. */
 kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out, const float *x, const float *norm_w,
                                   float *y);
-/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16). */
-kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, float *y);
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16), its k range
+ * split over ks blocks (1: not split). */
+kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, int ks,
+                                float *y);
 /* Causal attention of n_tok queries at positions pos0.. over keys 0..pos0+t (K, V: n_keys x n_head_kv*hd),
  * q: n_tok x n_head*hd, out like q, through the prefill kernel. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,

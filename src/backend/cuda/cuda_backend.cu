@@ -101,6 +101,7 @@ typedef struct cuda_state {
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
+    float *gwork;       /* split-K partials of the decode steps' GEMMs */
     int *arg_idx, *arg_rows, *rows, *ids;  /* rows: ids | seqs | positions of a decode step (max_step each) */
     unsigned *counter, *att_counters;
     int max_mv_blocks;
@@ -347,6 +348,8 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
     return KILN_OK;
 }
 
+static size_t gemm_work_floats(const cuda_state *s);
+
 /* Activations, KV cache, logits and parameters; with base == NULL only sums. */
 static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     const kiln_hparams *hp = &s->m->hp;
@@ -378,6 +381,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->rows = (int *)carve(base, off, 3 * M * 4);
     s->ids = (int *)carve(base, off, (B + NO) * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
+    s->gwork = (float *)carve(base, off, gemm_work_floats(s) * 4);
 }
 
 /* ------------------------------------------------------------------ forward pieces */
@@ -559,28 +563,52 @@ static void launch_decode(cuda_state *s) {
 
 /* ---- n rows through the matrix products (tensor-core GEMMs over all rows: each weight read once) */
 
+/* C (=|+=) W A over n rows; split: the k range split to fill the GPU (a decode step's few rows), else whole. */
+static void gemm(cuda_state *s, const dev_weight &w, const __half *A, int lda, int n, float *C, int ldc, int col_off,
+                 bool add, bool split) {
+    const int ks = split ? ck_gemm_splits(w, n, s->n_sm) : 1;
+    ck_gemm_split(w, A, lda, n, C, ldc, col_off, add, ks, s->gwork, s->stream);
+}
+
 /* RMSNorm + Q/K/V of n rows of x into s->qkv. */
-static void qkv_rows(cuda_state *s, const cu_layer *L, int n) {
-    cudaStream_t st = s->stream;
-    ck_rmsnorm_rows(s->x, NULL, L->attn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, st);
+static void qkv_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
+    ck_rmsnorm_rows(s->x, NULL, L->attn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, s->stream);
     if (L->qkv_fused) {
-        ck_gemm(L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
+        gemm(s, L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
     } else {
-        ck_gemm(L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
-        ck_gemm(L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, st);
-        ck_gemm(L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, st);
+        gemm(s, L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
+        gemm(s, L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, split);
+        gemm(s, L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, split);
     }
 }
 
 /* x += O(atth), then x += down(SwiGLU(gate, up)(RMSNorm(x))) for n rows. */
-static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n) {
+static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
     cudaStream_t st = s->stream;
-    ck_gemm(L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, st);
+    gemm(s, L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, split);
     ck_rmsnorm_rows(s->x, NULL, L->ffn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, st);
-    ck_gemm(L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, st);
-    ck_gemm(L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, st);
+    gemm(s, L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, split);
+    gemm(s, L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, split);
     ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
-    ck_gemm(L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, st);
+    gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, split);
+}
+
+/* Floats of split-K partials the decode steps' GEMMs need (the largest ks * rows * out over the buckets and
+ * the layers' matrices). */
+static size_t gemm_work_floats(const cuda_state *s) {
+    size_t n = 0;
+    for (int b = 0; b < s->n_buckets; b++)
+        for (int il = 0; il < s->m->hp.n_layer && s->bucket[b] > 1; il++) {
+            const cu_layer *L = &s->layers[il];
+            const dev_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+                if (ws[i]->out <= 0) continue;
+                const int ks = ck_gemm_splits(*ws[i], s->bucket[b], s->n_sm);
+                const size_t f = ks > 1 ? (size_t)ks * s->bucket[b] * ws[i]->out : 0;
+                n = f > n ? f : n;
+            }
+        }
+    return n;
 }
 
 /* The decode step of bucket b (R >= 2 rows, each of its own sequence; padding rows have position -1 and
@@ -592,7 +620,7 @@ static void launch_step(cuda_state *s, int b) {
     ck_embed(s->tok_embd, step_ids(s), s->x, R, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        qkv_rows(s, L, R);
+        qkv_rows(s, L, R, true);
         if (s->qkv_post) {
             ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
         } else {
@@ -601,7 +629,7 @@ static void launch_step(cuda_state *s, int b) {
                           hp->n_rot, s->rope_freq, s->kc + kv_off, s->vc + kv_off, s->KV, st);
         }
         ck_attn_decode(step_attn(s, il, b), R, st);
-        o_ffn_rows(s, L, R);
+        o_ffn_rows(s, L, R, true);
     }
     launch_outputs(s, R, 0, NULL);
 }
@@ -639,13 +667,13 @@ static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
     ck_embed(s->tok_embd, s->ids, s->x, n, s->stream);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        qkv_rows(s, L, n);
+        qkv_rows(s, L, n, false);
         for (int r0 = 0, r1; r0 < n; r0 = r1) {
             for (r1 = r0 + 1; r1 < n && rows[r1].seq == rows[r0].seq; r1++) {}
             s->cur_seq = rows[r0].seq;
             launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
         }
-        o_ffn_rows(s, L, n);
+        o_ffn_rows(s, L, n, false);
     }
 }
 

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const __grid_constant_
 
 template <int T>
 __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
-                                              int ldc, int col_off, int add) {
+                                              int ldc, int col_off, int add, float *work) {
     __shared__ __align__(128) unsigned char smem[GB_M * C_LD * 4];
     pdl_wait_then_trigger();
     __half(*As)[G_LD] = (__half(*)[G_LD])smem;
@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
     const int tid = threadIdx.x, warp = tid >> 5;
     const int m0 = blockIdx.y * GB_M, n0 = blockIdx.x * GB_N;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-    const int K = w.in, k_tiles = (K + GB_K - 1) / GB_K;
+    const int K = w.in, n_kt = (K + GB_K - 1) / GB_K;
+    /* split-K (gridDim.z > 1): this block's stretch of k tiles, its partial tile to work[z] */
+    const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), k_tiles = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
 #pragma unroll
@@ -77,8 +79,8 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
         }
     };
 
-    load(0);
-    for (int kt = 0; kt < k_tiles; kt++) {
+    load(kt0);
+    for (int kt = kt0; kt < k_tiles; kt++) {
         *(uint4 *)&As[ar0][ac] = ra0;
         *(uint4 *)&As[ar1][ac] = ra1;
         __half2 hv[8];
@@ -113,10 +115,27 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
     for (int e = tid; e < GB_M * GB_N; e += 128) {
         const int r = e / GB_N, c = e % GB_N, t = m0 + r, n = n0 + c;
         if (t < n_tok && n < w.out) {
-            float *dst = C + (long long)t * ldc + col_off + n;
-            *dst = add ? *dst + Cs[r][c] : Cs[r][c];
+            if (gridDim.z > 1) {
+                work[((long long)blockIdx.z * n_tok + t) * w.out + n] = Cs[r][c];
+            } else {
+                float *dst = C + (long long)t * ldc + col_off + n;
+                *dst = add ? *dst + Cs[r][c] : Cs[r][c];
+            }
         }
     }
+}
+
+/* The split-K partials of a GEMM added in order of z, stored into (or added to) C. */
+__global__ void __launch_bounds__(256) k_gemm_reduce(const float *work, int ks, int n_tok, int out, float *C, int ldc,
+                                                     int col_off, int add) {
+    pdl_wait_then_trigger();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, n = (long long)n_tok * out;
+    if (i >= n) return;
+    float v = 0.0f;
+    for (int z = 0; z < ks; z++) v += __ldcg(work + z * n + i);
+    const int t = (int)(i / out), c = (int)(i - (long long)t * out);
+    float *dst = C + (long long)t * ldc + col_off + c;
+    *dst = add ? *dst + v : v;
 }
 
 /* ------------------------------------------------------------------ small pieces */
@@ -290,6 +309,7 @@ static const struct {
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
+    {(const void *)k_gemm_reduce, "gemm_reduce"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
     {(const void *)k_argmax_rows, "argmax_rows"},
     {(const void *)k_rope_store, "rope_store"},
@@ -370,12 +390,30 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
     launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
 }
 
-void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
-             cudaStream_t st) {
-    const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M);
-#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0)
+void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+                   int ks, float *work, cudaStream_t st) {
+    const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, ks > 1 ? ks : 1);
+#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
     DISPATCH(w.type, L)
 #undef L
+    if (ks > 1) {
+        const long long n = (long long)n_tok * w.out;
+        launch(k_gemm_reduce, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, st, true, (const float *)work, ks, n_tok,
+               w.out, C, ldc, col_off, add ? 1 : 0);
+    }
+}
+
+void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+             cudaStream_t st) {
+    ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, st);
+}
+
+int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    const int blocks = ((w.out + GB_N - 1) / GB_N) * ((n_tok + GB_M - 1) / GB_M), n_kt = (w.in + GB_K - 1) / GB_K;
+    int ks = (2 * n_sm + blocks - 1) / blocks; /* two blocks per SM */
+    if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k tiles per block */
+    if (ks > 16) ks = 16;
+    return ks < 1 ? 1 : ks;
 }
 
 void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,

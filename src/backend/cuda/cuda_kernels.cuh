@@ -132,6 +132,11 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
 /* C[t][col_off + r] (=|+=) sum_k A[t][k] W[r][k]; A half (n_tok, lda), lda a multiple of 32 with zero padding. */
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st);
+/* The same with the k range split over ks blocks (ks > 1: partials in work, ks * n_tok * w.out floats, then
+ * added in order by a second kernel: deterministic); ck_gemm_splits: the ks that fills the GPU for n_tok rows. */
+void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+                   int ks, float *work, cudaStream_t st);
+int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm);
 /* RoPE of q and k of n_tok rows in place, k and v appended to the cache: row t at position pos0 + t, or at
  * pos_dev[t] of sequence seq_dev[t] (a sequence's cache seq_stride halves after the previous one's; a row
  * with position < 0 appends nothing) when pos_dev is set. */

@@ -114,7 +114,7 @@ extern "C" kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int i
 }
 
 extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok,
-                                           float *y) {
+                                           int ks, float *y) {
     test_bufs b;
     kiln_status st = tb_init(&b);
     dev_weight dw;
@@ -128,7 +128,8 @@ extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in,
                 for (int k = 0; k < in; k++) xh[(size_t)t * lda + k] = kiln_f32_to_f16(x[(size_t)t * in + k]);
             __half *da = (__half *)tb_alloc(&b, (size_t)n_tok * lda * 2, xh);
             float *dy = (float *)tb_alloc(&b, (size_t)n_tok * out * 4, NULL);
-            ck_gemm(dw, da, lda, n_tok, dy, out, 0, false, b.st);
+            float *work = ks > 1 ? (float *)tb_alloc(&b, (size_t)ks * n_tok * out * 4, NULL) : NULL;
+            ck_gemm_split(dw, da, lda, n_tok, dy, out, 0, false, ks, work, b.st);
             st = tb_finish(&b, y, dy, (size_t)n_tok * out * 4);
         }
         kiln_free(xh);
