@@ -143,6 +143,180 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
     }
 }
 
+/* The scalar reference of a multi-row matvec call t (see kiln_cuda_mv_rows) on dequantized weights deq (and
+ * deq1, the up matrix of SWIGLU), in double: ref receives nr x out values (QKV: q rotated; K/V: the rotated k
+ * and v of each row in kv_ref at its sequence and position, the rest 0). */
+static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, const float *deq1, const float *y_in,
+                              double *ref, double *kv_ref) {
+    const int in = t->in, out = t->out;
+    const size_t kv_n = t->kind == KILN_MVB_QKV ? (size_t)t->n_seq * t->n_ctx * t->nk : 0;
+    for (size_t i = 0; i < 2 * kv_n; i++) kv_ref[i] = 0;
+    for (int r = 0; r < t->nr; r++) {
+        const float *x = t->x + (size_t)r * in;
+        double ss = 0, *yr = ref + (size_t)r * out;
+        for (int k = 0; k < in; k++) ss += (double)x[k] * x[k];
+        const double scale = t->norm_w ? 1.0 / sqrt(ss / in + 1e-5) : 1.0;
+        for (int o = 0; o < out; o++) {
+            double a0 = 0, a1 = 0;
+            for (int k = 0; k < in; k++) {
+                const double xv = x[k] * scale * (t->norm_w ? t->norm_w[k] : 1.0f);
+                a0 += deq[(size_t)o * in + k] * xv;
+                if (deq1) a1 += deq1[(size_t)o * in + k] * xv;
+            }
+            yr[o] = t->kind == KILN_MVB_ADD ? y_in[(size_t)r * out + o] + a0
+                    : t->kind == KILN_MVB_SWIGLU ? a0 / (1.0 + exp(-a0)) * a1 : a0;
+        }
+        if (t->kind != KILN_MVB_QKV) continue;
+        for (int o = 0; o + 1 < t->nq + t->nk; o += 2) { /* RoPE of adjacent pairs in each q and k head */
+            const int i = (o < t->nq ? o : o - t->nq) % t->head_dim;
+            if (i >= t->n_rot) continue;
+            const double th = (double)(float)((float)t->pos[r] * t->rope_freq[i >> 1]);
+            const double x0 = yr[o], x1 = yr[o + 1];
+            yr[o] = x0 * cos(th) - x1 * sin(th), yr[o + 1] = x0 * sin(th) + x1 * cos(th);
+        }
+        double *kc = kv_ref + ((size_t)t->seq[r] * t->n_ctx + t->pos[r]) * t->nk;
+        for (int j = 0; j < t->nk; j++) kc[j] = yr[t->nq + j], kc[kv_n + j] = yr[t->nq + t->nk + j];
+    }
+}
+
+/* Row r of an nr-row call, alone: the same call with x, y (and pos, seq) of that row only. */
+static kiln_status mv_one_row(const kiln_cuda_mv_rows *t, int r, const float *y_in, float *y, float *kv, int32_t *am) {
+    kiln_cuda_mv_rows o = *t;
+    o.nr = 1;
+    o.x = t->x + (size_t)r * t->in;
+    memcpy(y, y_in + (size_t)r * t->out, sizeof(float) * t->out);
+    o.y = y, o.kv = kv, o.argmax = am;
+    if (t->pos) o.pos = t->pos + r, o.seq = t->seq + r;
+    return kiln_cuda_test_matvec_rows(&o);
+}
+
+static const char *const mvb_names[] = {"store", "add", "qkv", "swiglu", "logits"};
+
+/* Every epilogue over nr = 1..8 input rows: each row against the scalar reference (QKV: q, and K/V at the
+ * row's own sequence and position, nothing elsewhere; LOGITS: the row's argmax), and each row bit-identical
+ * to a 1-row call on that row alone. */
+TEST(cuda_matvec_rows_match_reference_and_single_rows) {
+    if (!gpu_ready()) return;
+    uint64_t rng = 0x5EED5;
+    const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K, KILN_TYPE_F16};
+    const int in = 1024, n_seq = 3, n_ctx = 8, hd = 64, n_rot = 64;
+    float freq[32];
+    for (int i = 0; i < 32; i++) freq[i] = powf(10000.0f, -2.0f * i / n_rot);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (int kind = KILN_MVB_STORE; kind <= KILN_MVB_LOGITS; kind++) {
+            const int out = kind == KILN_MVB_QKV ? 4 * hd : kind == KILN_MVB_LOGITS ? 1000 : 130;
+            const int nq = 2 * hd, nk = hd, R = 8;
+            const size_t kv_n = (size_t)n_seq * n_ctx * nk;
+            float *deq, *deq1 = NULL;
+            void *w = random_weight(&rng, types[ti], in, out, &deq);
+            void *w1 = kind == KILN_MVB_SWIGLU ? random_weight(&rng, types[ti], in, out, &deq1) : NULL;
+            float *x = malloc(sizeof(float) * R * in), *nw = malloc(sizeof(float) * in);
+            float *y_in = malloc(sizeof(float) * R * out), *y = malloc(sizeof(float) * R * out);
+            float *y1 = malloc(sizeof(float) * out), *kv = calloc(2 * kv_n, sizeof(float));
+            float *kv1 = calloc(2 * kv_n, sizeof(float));
+            double *ref = malloc(sizeof(double) * R * out), *kv_ref = malloc(sizeof(double) * (2 * kv_n + 1));
+            fill_normal(&rng, x, (size_t)R * in, 1.0f);
+            fill_normal(&rng, nw, (size_t)in, 1.0f);
+            fill_normal(&rng, y_in, (size_t)R * out, 1.0f);
+            /* distinct (sequence, position) per row; row r at position 7 - r of sequence r % 3 */
+            int pos[8], seq[8];
+            for (int r = 0; r < R; r++) pos[r] = 7 - r, seq[r] = r % n_seq;
+            for (int nr = 1; nr <= R; nr++) {
+                memcpy(y, y_in, sizeof(float) * R * out);
+                memset(kv, 0, sizeof(float) * 2 * kv_n);
+                int32_t am[8] = {0}, am1 = -1;
+                kiln_cuda_mv_rows t = {.type = types[ti], .w = w, .w1 = w1, .in = in, .out = out, .kind = kind,
+                                       .nr = nr, .x = x, .norm_w = (kind == KILN_MVB_QKV || kind >= KILN_MVB_SWIGLU) ? nw : NULL,
+                                       .y = y, .nq = nq, .nk = nk, .head_dim = hd, .n_rot = n_rot, .rope_freq = freq,
+                                       .pos = kind == KILN_MVB_QKV ? pos : NULL, .seq = kind == KILN_MVB_QKV ? seq : NULL,
+                                       .n_seq = n_seq, .n_ctx = n_ctx, .kv = kv, .argmax = am};
+                CHECK_OK(kiln_cuda_test_matvec_rows(&t));
+                mv_rows_reference(&t, deq, deq1, y_in, ref, kv_ref);
+                const int nout = kind == KILN_MVB_QKV ? nq : out;
+                for (int r = 0; r < nr; r++) {
+                    double num = 0, den = 0;
+                    for (int o = 0; o < nout; o++) {
+                        const double d = y[(size_t)r * out + o] - ref[(size_t)r * out + o];
+                        num += d * d, den += ref[(size_t)r * out + o] * ref[(size_t)r * out + o];
+                    }
+                    const double e = sqrt(num / (den > 0 ? den : 1));
+                    CHECKF(e < 2e-5, "%s %s nr=%d row %d: relative error %.3g", kiln_type_get(types[ti])->name,
+                           mvb_names[kind], nr, r, e);
+                    if (kind == KILN_MVB_LOGITS) {
+                        const int32_t best = test_argmax(y + (size_t)r * out, out);
+                        CHECKF(am[r] == best, "logits nr=%d row %d: argmax %d, logits say %d", nr, r, am[r], best);
+                    }
+                    memset(kv1, 0, sizeof(float) * 2 * kv_n);
+                    CHECK_OK(mv_one_row(&t, r, y_in, y1, kv1, &am1));
+                    CHECKF(memcmp(y1, y + (size_t)r * out, sizeof(float) * nout) == 0,
+                           "%s %s nr=%d row %d differs from the row alone", kiln_type_get(types[ti])->name,
+                           mvb_names[kind], nr, r);
+                    if (kind == KILN_MVB_LOGITS) CHECKF(am1 == am[r], "logits nr=%d row %d: argmax alone %d", nr, r, am1);
+                    if (kind == KILN_MVB_QKV) {
+                        const size_t at = ((size_t)seq[r] * n_ctx + pos[r]) * nk;
+                        CHECKF(memcmp(kv1 + at, kv + at, sizeof(float) * nk) == 0 &&
+                                   memcmp(kv1 + kv_n + at, kv + kv_n + at, sizeof(float) * nk) == 0,
+                               "qkv nr=%d row %d: K/V differ from the row alone", nr, r);
+                    }
+                }
+                if (kind == KILN_MVB_QKV) { /* K/V: the rows' slots (within half precision), zeros elsewhere */
+                    size_t bad = 0;
+                    for (size_t i = 0; i < 2 * kv_n; i++) bad += fabs(kv[i] - kv_ref[i]) > 1e-3 * fabs(kv_ref[i]) + 1e-4;
+                    CHECKF(bad == 0, "%s qkv nr=%d: %zu K/V cache values off", kiln_type_get(types[ti])->name, nr, bad);
+                }
+            }
+            free(w), free(w1), free(deq), free(deq1), free(x), free(nw), free(y_in), free(y), free(y1), free(kv);
+            free(kv1), free(ref), free(kv_ref);
+        }
+    }
+}
+
+/* The decode matvec at the bench models' shapes, timed in a graph of back-to-back launches with PDL
+ * (KILN_CUDA_MICROBENCH=1; timing printed, not asserted; KILN_CUDA_MICROBENCH_ROWS=n for n rows). Each line:
+ * microseconds per launch with the weights read from HBM (with PDL, without) and from L2, the weights' bandwidth
+ * from HBM, the grid and the hash of the outputs (to compare builds). "floor" is a matvec with next to no work:
+ * what a launch in the chain costs by itself. */
+TEST(cuda_matvec_microbench) {
+    if (!getenv("KILN_CUDA_MICROBENCH") || strcmp(getenv("KILN_CUDA_MICROBENCH"), "1") != 0) {
+        test_skip("set KILN_CUDA_MICROBENCH=1 to time the matvec");
+        return;
+    }
+    if (!gpu_ready()) return;
+    const char *rows_env = getenv("KILN_CUDA_MICROBENCH_ROWS");
+    const int nr = rows_env ? atoi(rows_env) : 1;
+    static const struct {
+        const char *name;
+        int in, out, kind, nq, nk;
+    } shapes[] = {
+        {"smollm2 qkv", 576, 960, KILN_MVB_QKV, 576, 192},   {"smollm2 o", 576, 576, KILN_MVB_ADD, 0, 0},
+        {"smollm2 gate_up", 576, 1536, KILN_MVB_SWIGLU, 0, 0}, {"smollm2 down", 1536, 576, KILN_MVB_ADD, 0, 0},
+        {"smollm2 logits", 576, 49152, KILN_MVB_LOGITS, 0, 0}, {"llama1b qkv", 2048, 3072, KILN_MVB_QKV, 2048, 512},
+        {"llama1b o", 2048, 2048, KILN_MVB_ADD, 0, 0},         {"llama1b gate_up", 2048, 8192, KILN_MVB_SWIGLU, 0, 0},
+        {"llama1b down", 8192, 2048, KILN_MVB_ADD, 0, 0},       {"floor 256x2", 256, 2, KILN_MVB_STORE, 0, 0},
+    };
+    const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K};
+    printf("  %-16s %-5s %2s %8s %8s %8s %7s %6s %s\n", "shape", "type", "nr", "us HBM", "us noPDL", "us L2", "GB/s",
+           "blocks", "hash");
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            if (shapes[i].in % (int)kiln_type_get(types[t])->block_size) continue;
+            kiln_cuda_mv_bench mb = {.type = types[t], .in = shapes[i].in, .out = shapes[i].out,
+                                     .kind = shapes[i].kind, .nq = shapes[i].nq, .nk = shapes[i].nk,
+                                     .head_dim = 64, .nr = nr, .n_launch = 200, .reps = 5, .pdl = true};
+            CHECK_OK(kiln_cuda_bench_matvec(&mb));
+            kiln_cuda_mv_bench off = mb;
+            off.pdl = false;
+            CHECK_OK(kiln_cuda_bench_matvec(&off));
+            const double bytes = (double)kiln_row_bytes(types[t], (uint64_t)mb.in) * mb.out *
+                                 (mb.kind == KILN_MVB_SWIGLU ? 2 : 1);
+            printf("  %-16s %-5s %2d %8.2f %8.2f %8.2f %7.0f %6d %016llx\n", shapes[i].name,
+                   kiln_type_get(types[t])->name, nr, mb.us, off.us, mb.us_l2, bytes / (mb.us * 1e3), mb.blocks,
+                   (unsigned long long)mb.hash);
+            CHECKF(mb.hash == off.hash, "%s: outputs differ with and without PDL", shapes[i].name);
+        }
+    }
+}
+
 TEST(cuda_gemm_matches_scalar_reference_every_type) {
     if (!gpu_ready()) return;
     uint64_t rng = 0x6E33;

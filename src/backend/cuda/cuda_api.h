@@ -81,6 +81,49 @@ kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const 
                                           int head_dim, int n_ctx, int n_rows, const int *seq, const int *pos,
                                           int n_split, bool half_out, float *out);
 
+/* The decode matvec over nr input rows (1..8) with any epilogue (kind: KILN_MVB_*), as a continuous batch
+ * launches it. w: GGUF rows of `type` (out x in); SWIGLU: w = gate, w1 = up, y receives silu(gate) * up.
+ * x: nr x in; norm_w: RMSNorm weight (eps 1e-5) or NULL (plain input); y: nr x out (ADD: the residual in,
+ * the sum out). QKV: out = nq + 2 nk, RoPE (adjacent pairs, rope_freq: n_rot/2 inverse frequencies) of row r
+ * at pos[r], q into y row r (its first nq values), K and V appended to sequence seq[r]'s cache: kv receives
+ * both caches (K then V, n_seq x n_ctx x nk floats each, converted from the device's halves; zeros where
+ * nothing was written). LOGITS: y = logits, argmax[r] = each row's argmax. */
+typedef struct kiln_cuda_mv_rows {
+    uint32_t type;
+    const void *w, *w1;
+    int in, out, kind, nr;
+    const float *x, *norm_w;
+    float *y;
+    int nq, nk, head_dim, n_rot;   /* QKV */
+    const float *rope_freq;
+    const int *pos, *seq;
+    int n_seq, n_ctx;
+    float *kv;
+    int32_t *argmax;               /* LOGITS */
+} kiln_cuda_mv_rows;
+kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t);
+
+/* One decode matrix x vector timed alone (test-only microbenchmark): random weights of `type` (out rows of in
+ * values; SWIGLU: two such matrices, gate and up), a fixed input, the epilogue of `kind` (QKV: out = nq + 2 nk
+ * rows, heads of head_dim, RoPE at position 7 and the K/V append; LOGITS: the argmax too), nr rows of input.
+ * n_launch launches back to back (with programmatic dependent launch when pdl) are captured in one graph and
+ * replayed reps times: us_l2 = microseconds per launch on one copy of the weights (they stay in L2), us = the
+ * same cycling through n_copies copies of >= 192 MB in all (read from HBM, as in a decode step); blocks = the
+ * grid, hash = FNV-1a of every output of one launch from zeroed outputs (to compare builds bit for bit). */
+enum { KILN_MVB_STORE = 0, KILN_MVB_ADD, KILN_MVB_QKV, KILN_MVB_SWIGLU, KILN_MVB_LOGITS };
+typedef struct kiln_cuda_mv_bench {
+    uint32_t type;
+    int in, out, kind;
+    int nq, nk, head_dim;      /* QKV */
+    int nr;                    /* rows of input (1..8) */
+    int n_launch, reps;
+    bool pdl;
+    double us, us_l2;          /* out */
+    int blocks, n_copies;      /* out */
+    uint64_t hash;             /* out */
+} kiln_cuda_mv_bench;
+kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
+
 #endif /* KILN_HAVE_CUDA */
 
 #ifdef __cplusplus

@@ -3,8 +3,9 @@
  * own copy; no device linking):
  *   load16/convert16/dequant16<T>  16 values of a weight row, for every device weight type
  *   warp_sum, warp_max, block_sum, arg_better   reductions
- *   matvec_prefetch, matvec_block<T>   one block's share of a decode matrix x vector (prologue: input copy or
- *                  fused RMSNorm; epilogue: store / residual add / RoPE + KV append / SwiGLU / logits + argmax)
+ *   matvec_prefetch, matvec_block<T, R>   one block's share of a decode matrix x (up to R) vectors (prologue:
+ *                  input copy or fused RMSNorm; epilogue per row: store / residual add / RoPE + KV append /
+ *                  SwiGLU / logits + argmax)
  *   launch         a kernel launch with or without programmatic dependent launch (host side)
  * C++ (nvcc) only; include after cuda_kernels.cuh.
  */
@@ -30,6 +31,21 @@ static __device__ __forceinline__ void pdl_wait_then_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The two halves of pdl_wait_then_trigger, for a kernel that does independent work (its weight loads) first:
+ * launch_dependents only lets the next grid start launching (its own wait still waits for this grid to
+ * finish), so it may come before this grid's wait. */
+static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
@@ -213,41 +229,206 @@ static __device__ __forceinline__ bool arg_better(float v, int i, float bv, int 
 
 /* ------------------------------------------------------------------ decode: matrix x vector */
 
-/* Pulls into L2 the weight rows that this block's warps will read in a matvec over `n_blocks` blocks:
- * up to max_iters of the block's pair groups, at most 16 KiB of each warp's stretch of a row. The weights
- * never depend on an earlier kernel or phase, so this may run before waiting for one. */
-static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int block, int n_blocks, int max_iters) {
+/* Pulls into L2 the weight rows that this warp will read for pair group pg (nothing past the last pair): at
+ * most 16 KiB of its stretch of each row. The weights never depend on an earlier kernel, so this may run
+ * before waiting for one. */
+static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int pg) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool dual = a.pair == MV_PAIR_DUAL;
     const int out = a.w0.out, n_pairs = dual ? out : (out + 1) >> 1;
     const int ks_n = a.ksplit, ppb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
     const long long rb = a.w0.row_bytes, b0 = rb * ks / ks_n, b1 = rb * (ks + 1) / ks_n;
-    const uint8_t *w0q = a.w0.q, *w1q = dual ? a.w1.q : a.w0.q;
-    int it = 0;
-    for (int pg = block; it < max_iters; pg += n_blocks, it++) {
-        const int p = pg * ppb + slot;
-        if (p >= n_pairs) break;
-        const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
-        const uint8_t *q0 = w0q + (long long)r0 * rb, *q1 = w1q + (long long)r1 * rb;
-        for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
-            prefetch_l2(q0 + off);
-            if (r1 < out) prefetch_l2(q1 + off);
-        }
+    const int p = pg * ppb + slot;
+    if (p >= n_pairs) return;
+    const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
+    const uint8_t *q0 = a.w0.q + (long long)r0 * rb, *q1 = (dual ? a.w1.q : a.w0.q) + (long long)r1 * rb;
+    for (long long off = b0 + lane * 128; off < b1 && off < b0 + 16384; off += 32 * 128) {
+        prefetch_l2(q0 + off);
+        if (r1 < out) prefetch_l2(q1 + off);
     }
 }
 
-/* One block's share of a decode matrix x vector over `n_blocks` blocks (this is block `block`): the prologue
- * builds the input in xs (dynamic shared memory of ck_matvec_smem(in) bytes), copied or RMSNorm'ed; then
- * the block's pairs of rows, and the epilogue of a.epi. Every thread of the block (MV_THREADS) calls it.
- * Activations are read with L2-coherent loads (the previous kernel in the stream wrote them). */
-template <int T>
-static __device__ __forceinline__ void matvec_block(const mv_args &a, int block, int n_blocks, float *xs) {
-    __shared__ float red[MV_WARPS];
-    __shared__ int redi[MV_WARPS];
+/* Pair groups whose weights a warp pulls into L2 ahead of the one it computes (more bytes in flight for
+ * matrices with several groups per warp, such as the logits). */
+#define MV_AHEAD 4
+
+/* The number of input rows of a matvec (a.nr, read as 1 when unset), at most R. */
+template <int R> static __device__ __forceinline__ int mv_rows(const mv_args &a) {
+    return R == 1 ? 1 : (a.nr < 1 ? 1 : a.nr > R ? R : a.nr);
+}
+
+/* Prologue: the nr input rows (RMSNorm'ed or not) in shared memory, row r at xs + r * 16 * NUP, each
+ * transposed so that lane u of a warp reading value i of its unit (16 values) hits bank (i * NUP + u) % 32:
+ * xs[r * 16 * NUP + (k % 16) * NUP + k / 16] = x_r[k] (times the norm weight). With NORM, nred[r][warp]
+ * receives the warp's sum of squares of row r. Ends with a barrier. */
+template <int R>
+static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, float *xs, float (*nred)[MV_WARPS]) {
+    const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
+    const int in_pad = (in + 15) & ~15;
+    const bool norm = a.in_mode == MV_IN_NORM;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= nr) break;
+        const float *x = a.x + (long long)r * a.x_stride;
+        float *xr = xs + r * 16 * NUP;
+#define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
+        float ss = 0.0f;
+        if ((in & 3) == 0 && ((uintptr_t)x & 15) == 0 && (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
+            /* 16-byte loads, up to eight per thread in flight: one round trip for inputs up to 8192 values */
+            const int in4 = in >> 2;
+#pragma unroll 8
+            for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
+                const float4 v = __ldcg((const float4 *)x + i4);
+                const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                const int i = 4 * i4;
+                XS(i) = v.x * w.x, XS(i + 1) = v.y * w.y, XS(i + 2) = v.z * w.z, XS(i + 3) = v.w * w.w;
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+        } else {
+#pragma unroll 4
+            for (int i = tid; i < in; i += MV_THREADS) {
+                const float v = __ldcg(x + i), w = norm ? __ldg(a.norm_w + i) : 1.0f;
+                XS(i) = v * w;
+                ss += v * v;
+            }
+        }
+        if (norm) { /* RMSNorm: xs holds x * w; the products are scaled once, at the end */
+            ss = warp_sum(ss);
+            if (lane == 0) nred[r][warp] = ss;
+        }
+        for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
+#undef XS
+    }
+    __syncthreads();
+}
+
+/* The RMSNorm factor of row r from the warps' sums of squares (1 without NORM). */
+static __device__ __forceinline__ float matvec_scale(const mv_args &a, const float *nred_r) {
+    if (a.in_mode != MV_IN_NORM) return 1.0f;
+    float tot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MV_WARPS; i++) tot += nred_r[i];
+    return 1.0f / sqrtf(tot / (float)a.w0.in + a.eps);
+}
+
+/* The epilogue of row r for the pair (r0, r1) (p: the pair's index; has1: r1 is a row) with its two dot
+ * products d0, d1 (already scaled); y0, y1: the residual values (ADD); best_*: row r's running argmax. */
+static __device__ __forceinline__ void matvec_epilogue(const mv_args &a, int r, int r0, int r1, int p, bool has1,
+                                                       float d0, float d1, float y0, float y1, float &best_v,
+                                                       int &best_i) {
+    float *y = a.y + (long long)r * a.y_stride;
+    switch (a.epi) {
+    case MV_EPI_STORE:
+        y[r0] = d0;
+        if (has1) y[r1] = d1;
+        break;
+    case MV_EPI_ADD:
+        y[r0] = y0 + d0;
+        if (has1) y[r1] = y1 + d1;
+        break;
+    case MV_EPI_SWIGLU:
+        y[p] = d0 / (1.0f + expf(-d0)) * d1;
+        break;
+    case MV_EPI_QKV: {
+        const int pos = a.pos[r], gr = a.row_offset + r0;
+        const long long kv_row = (a.seq ? (long long)a.seq[r] * a.seq_stride : 0) + (long long)pos * a.kv_dim;
+        if (gr < a.nq + a.nk) {
+            const int i = (gr < a.nq ? gr : gr - a.nq) % a.head_dim;
+            if (i < a.n_rot) {
+                float sn, cs;
+                sincosf((float)pos * a.rope_freq[i >> 1], &sn, &cs);
+                const float x0 = d0, x1 = d1;
+                d0 = x0 * cs - x1 * sn;
+                d1 = x0 * sn + x1 * cs;
+            }
+            if (gr < a.nq) {
+                float *q = a.q_out + (long long)r * a.y_stride;
+                q[gr] = d0;
+                q[gr + 1] = d1;
+            } else {
+                __half *k = a.k_cache + kv_row + (gr - a.nq);
+                k[0] = __float2half(d0);
+                k[1] = __float2half(d1);
+            }
+        } else {
+            __half *v = a.v_cache + kv_row + (gr - a.nq - a.nk);
+            v[0] = __float2half(d0);
+            v[1] = __float2half(d1);
+        }
+        break;
+    }
+    case MV_EPI_LOGITS:
+        y[r0] = d0;
+        if (arg_better(d0, r0, best_v, best_i)) best_v = d0, best_i = r0;
+        if (has1) {
+            y[r1] = d1;
+            if (arg_better(d1, r1, best_v, best_i)) best_v = d1, best_i = r1;
+        }
+        break;
+    }
+}
+
+/* LOGITS tail: each row's argmax over the block into arg_val / arg_idx[r * n_blocks + block]; the last block
+ * to finish reduces the blocks' results of row r in warp r into arg_out[r] and re-arms the counter. */
+template <int R>
+static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block, int n_blocks, const float *best_v,
+                                                     const int *best_i) {
+    __shared__ float red[R][MV_WARPS];
+    __shared__ int redi[R][MV_WARPS];
     __shared__ int last_block;
-    __shared__ float kpart[MV_WARPS][2];
-    __shared__ float nred[MV_WARPS];
-    const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (lane == 0 && r < nr) red[r][warp] = best_v[r], redi[r][warp] = best_i[r];
+    __syncthreads();
+    if (tid < nr) {
+        float bv = red[tid][0];
+        int bi = redi[tid][0];
+        for (int i = 1; i < MV_WARPS; i++)
+            if (arg_better(red[tid][i], redi[tid][i], bv, bi)) bv = red[tid][i], bi = redi[tid][i];
+        a.arg_val[tid * n_blocks + block] = bv;
+        a.arg_idx[tid * n_blocks + block] = bi;
+        __threadfence(); /* visible to the last block before the counter says this block is done */
+    }
+    __syncthreads();
+    if (tid == 0) {
+        last_block = atomicAdd(a.counter, 1u) == (unsigned)n_blocks - 1;
+    }
+    __syncthreads();
+    if (!last_block || warp >= nr) return;
+    __threadfence();
+    float bv = -INFINITY;
+    int bi = 0x7FFFFFFF;
+    for (int i = lane; i < n_blocks; i += 32) {
+        const float v = ((volatile float *)a.arg_val)[warp * n_blocks + i];
+        const int id = ((volatile int *)a.arg_idx)[warp * n_blocks + i];
+        if (arg_better(v, id, bv, bi)) bv = v, bi = id;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) {
+        a.arg_out[warp] = bi == 0x7FFFFFFF ? 0 : bi;
+        if (warp == 0) *a.counter = 0;
+    }
+}
+
+/* One block's share of a decode matrix x nr vectors (nr = a.nr <= R) over `n_blocks` blocks (this is block
+ * `block`): the weights' first rows are prefetched and the first step loaded before the previous kernel is
+ * waited for (PDL; the next kernel may launch from then on), the prologue
+ * builds the inputs in xs (dynamic shared memory of ck_matvec_smem_rows(in, nr) bytes); then the block's
+ * pairs of rows, every weight value loaded once and applied to all nr inputs, and the epilogue of a.epi per
+ * input row. Every thread of the block (MV_THREADS) calls it. Row r's arithmetic is the same whatever nr and
+ * R are, so its results are bit-identical to a 1-row call on that row. Activations are read with
+ * L2-coherent loads (the previous kernel in the stream wrote them). */
+template <int T, int R>
+static __device__ __forceinline__ void matvec_block(const mv_args &a, int block, int n_blocks, float *xs) {
+    __shared__ float kpart[MV_WARPS][2 * R];
+    __shared__ float nred[R][MV_WARPS];
+    const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
     const int in_pad = (in + 15) & ~15, NU = in_pad >> 4, NUP = NU | 1; /* odd stride: no bank conflicts */
     const bool dual = a.pair == MV_PAIR_DUAL;
     const int out = a.w0.out;
@@ -278,183 +459,102 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         load16<T>(w1, r1c, 16 * uc, rb[k]);                         \
     }
 
-    /* prologue: the input vector (RMSNorm'ed or not) in shared memory, transposed so that lane u of a warp
-     * reading value i of its unit (16 values) hits bank (i * NUP + u) % 32: xs[(k % 16) * NUP + k / 16] = x[k] */
-#define XS(k) xs[((k) & 15) * NUP + ((k) >> 4)]
-    const bool norm = a.in_mode == MV_IN_NORM;
-    float ss = 0.0f;
-    if ((in & 3) == 0 && ((uintptr_t)a.x & 15) == 0 && (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
-        /* 16-byte loads, up to eight per thread in flight: one round trip for inputs up to 8192 values */
-        const int in4 = in >> 2;
-#pragma unroll 8
-        for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
-            const float4 v = __ldcg((const float4 *)a.x + i4);
-            const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-            const int i = 4 * i4;
-            XS(i) = v.x * w.x, XS(i + 1) = v.y * w.y, XS(i + 2) = v.z * w.z, XS(i + 3) = v.w * w.w;
-            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-    } else {
-#pragma unroll 4
-        for (int i = tid; i < in; i += MV_THREADS) {
-            const float v = __ldcg(a.x + i), w = norm ? __ldg(a.norm_w + i) : 1.0f;
-            XS(i) = v * w;
-            ss += v * v;
-        }
+    /* the weights do not depend on the previous kernel: before waiting for it, pull this warp's first
+     * MV_AHEAD pair groups into L2, let the next kernel launch, and load the first step into registers */
+    for (int i = 0; i < MV_AHEAD; i++) matvec_prefetch(a, block + i * n_blocks);
+    pdl_trigger();
+    raw16<T> ra[UN], rb[UN];
+    {
+        MV_ROWS_OF(block)
+        (void)valid;
+        if (ub + lane < ue) MV_LOAD_STEP(ub + lane, ra, rb)
     }
-    if (norm) { /* RMSNorm: xs holds x * w; the products are scaled once, at the end */
-        ss = warp_sum(ss);
-        if (lane == 0) nred[warp] = ss;
-    }
-    for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
-#undef XS
-    __syncthreads();
-    float scale = 1.0f;
-    if (norm) {
-        float tot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MV_WARPS; i++) tot += nred[i];
-        scale = 1.0f / sqrtf(tot / (float)in + a.eps);
-    }
+    pdl_wait();
+    matvec_input<R>(a, NUP, xs, nred);
+    bool first = true; /* the step in ra, rb is the first one */
 
-    float best_v = -INFINITY;
-    int best_i = 0x7FFFFFFF;
+    float best_v[R];
+    int best_i[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) best_v[r] = -INFINITY, best_i[r] = 0x7FFFFFFF;
 
     for (int pg = block; pg * ppb < n_pairs; pg += n_blocks) { /* the same trip count in every warp */
         MV_ROWS_OF(pg)
+        matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
         const bool has1 = r1 < out;
         const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
-        float acc0 = 0.0f, acc1 = 0.0f, y0 = 0.0f, y1 = 0.0f;
-        if (a.epi == MV_EPI_ADD && lead) { /* the residual rows, fetched while the weights stream */
-            y0 = __ldcg(a.y + r0);
-            if (has1) y1 = __ldcg(a.y + r1);
+        float acc0[R], acc1[R], y0[R], y1[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            acc0[r] = acc1[r] = y0[r] = y1[r] = 0.0f;
+            if (a.epi == MV_EPI_ADD && lead && r < nr) { /* the residual rows, fetched while the weights stream */
+                y0[r] = __ldcg(a.y + (long long)r * a.y_stride + r0);
+                if (has1) y1[r] = __ldcg(a.y + (long long)r * a.y_stride + r1);
+            }
         }
-        /* one step: the dot products of units u0, u0 + 32, ... (loaded into ra, rb) added to acc0, acc1 */
+        /* one step: the dot products of units u0, u0 + 32, ... (loaded into ra, rb) with every input row,
+         * added to acc0[r], acc1[r] */
 #define MV_DOT_STEP(u0, ra, rb)                                                 \
     _Pragma("unroll") for (int k = 0; k < UN; k++) {                           \
         const int u = (u0) + 32 * k;                                            \
         const bool ok = u < ue;                                                 \
         const int uc = ok ? u : (u0);                                           \
-        const float *xp = xs + uc; /* value i of this unit at xp[i * NUP] */    \
         float v0[16], v1[16], s0, b0, s1, b1;                                   \
         convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
         convert16<T>(rb[k], 16 * uc, v1, s1, b1);                               \
-        float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                                  \
-        _Pragma("unroll") for (int i = 0; i < 16; i++) {                       \
-            const float xv = xp[i * NUP];                                       \
-            d0 = fmaf(v0[i], xv, d0);                                           \
-            d1 = fmaf(v1[i], xv, d1);                                           \
-            if constexpr (T == CK_Q4_K) sx += xv;                               \
+        _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
+            if (r >= nr) break;                                                 \
+            const float *xp = xs + r * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
+            float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                              \
+            _Pragma("unroll") for (int i = 0; i < 16; i++) {                   \
+                const float xv = xp[i * NUP];                                   \
+                d0 = fmaf(v0[i], xv, d0);                                       \
+                d1 = fmaf(v1[i], xv, d1);                                       \
+                if constexpr (T == CK_Q4_K) sx += xv;                           \
+            }                                                                   \
+            float c0 = s0 * d0, c1 = s1 * d1;                                   \
+            if constexpr (T == CK_Q4_K) c0 += b0 * sx, c1 += b1 * sx;           \
+            acc0[r] += ok ? c0 : 0.0f;                                          \
+            acc1[r] += ok ? c1 : 0.0f;                                          \
         }                                                                       \
-        float c0 = s0 * d0, c1 = s1 * d1;                                       \
-        if constexpr (T == CK_Q4_K) c0 += b0 * sx, c1 += b1 * sx;               \
-        acc0 += ok ? c0 : 0.0f;                                                 \
-        acc1 += ok ? c1 : 0.0f;                                                 \
     }
         for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {
-            raw16<T> ra[UN], rb[UN];
-            MV_LOAD_STEP(u0, ra, rb)
+            if (!first) MV_LOAD_STEP(u0, ra, rb)
+            first = false;
             MV_DOT_STEP(u0, ra, rb)
         }
 #undef MV_DOT_STEP
-        acc0 = warp_sum(acc0);
-        acc1 = warp_sum(acc1);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= nr) break;
+            acc0[r] = warp_sum(acc0[r]);
+            acc1[r] = warp_sum(acc1[r]);
+        }
         if (ks_n > 1) { /* the pair's warps add their stretches */
-            if (lane == 0) kpart[warp][0] = acc0, kpart[warp][1] = acc1;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (lane == 0 && r < nr) kpart[warp][2 * r] = acc0[r], kpart[warp][2 * r + 1] = acc1[r];
             __syncthreads();
             if (lead)
-                for (int k = 1; k < ks_n; k++) acc0 += kpart[warp + k][0], acc1 += kpart[warp + k][1];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (r >= nr) break;
+                    for (int k = 1; k < ks_n; k++) acc0[r] += kpart[warp + k][2 * r], acc1[r] += kpart[warp + k][2 * r + 1];
+                }
             __syncthreads();
         }
         if (!lead) continue;
-        acc0 *= scale;
-        acc1 *= scale;
-        switch (a.epi) {
-        case MV_EPI_STORE:
-            a.y[r0] = acc0;
-            if (has1) a.y[r1] = acc1;
-            break;
-        case MV_EPI_ADD:
-            a.y[r0] = y0 + acc0;
-            if (has1) a.y[r1] = y1 + acc1;
-            break;
-        case MV_EPI_SWIGLU:
-            a.y[p] = acc0 / (1.0f + expf(-acc0)) * acc1;
-            break;
-        case MV_EPI_QKV: {
-            const int pos = *a.pos, gr = a.row_offset + r0;
-            const long long so = a.seq ? (long long)*a.seq * a.seq_stride : 0; /* this sequence's cache */
-            if (gr < a.nq + a.nk) {
-                const int i = (gr < a.nq ? gr : gr - a.nq) % a.head_dim;
-                if (i < a.n_rot) {
-                    float sn, cs;
-                    sincosf((float)pos * a.rope_freq[i >> 1], &sn, &cs);
-                    const float x0 = acc0, x1 = acc1;
-                    acc0 = x0 * cs - x1 * sn;
-                    acc1 = x0 * sn + x1 * cs;
-                }
-                if (gr < a.nq) {
-                    a.q_out[gr] = acc0;
-                    a.q_out[gr + 1] = acc1;
-                } else {
-                    __half *k = a.k_cache + so + (long long)pos * a.kv_dim + (gr - a.nq);
-                    k[0] = __float2half(acc0);
-                    k[1] = __float2half(acc1);
-                }
-            } else {
-                __half *v = a.v_cache + so + (long long)pos * a.kv_dim + (gr - a.nq - a.nk);
-                v[0] = __float2half(acc0);
-                v[1] = __float2half(acc1);
-            }
-            break;
-        }
-        case MV_EPI_LOGITS:
-            a.y[r0] = acc0;
-            if (arg_better(acc0, r0, best_v, best_i)) best_v = acc0, best_i = r0;
-            if (has1) {
-                a.y[r1] = acc1;
-                if (arg_better(acc1, r1, best_v, best_i)) best_v = acc1, best_i = r1;
-            }
-            break;
-        }
-    }
-
-    if (a.epi != MV_EPI_LOGITS) return;
-    /* argmax: per block, then the last block to finish reduces the blocks' results */
-    if (lane == 0) red[warp] = best_v, redi[warp] = best_i;
-    __syncthreads();
-    if (tid == 0) {
-        float bv = red[0];
-        int bi = redi[0];
-        for (int i = 1; i < MV_WARPS; i++)
-            if (arg_better(red[i], redi[i], bv, bi)) bv = red[i], bi = redi[i];
-        a.arg_val[block] = bv;
-        a.arg_idx[block] = bi;
-        __threadfence();
-        last_block = atomicAdd(a.counter, 1u) == (unsigned)n_blocks - 1;
-    }
-    __syncthreads();
-    if (!last_block || warp != 0) return;
-    __threadfence();
-    float bv = -INFINITY;
-    int bi = 0x7FFFFFFF;
-    for (int i = lane; i < n_blocks; i += 32) {
-        const float v = ((volatile float *)a.arg_val)[i];
-        const int id = ((volatile int *)a.arg_idx)[i];
-        if (arg_better(v, id, bv, bi)) bv = v, bi = id;
-    }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
-    if (lane == 0) {
-        *a.arg_out = bi == 0x7FFFFFFF ? 0 : bi;
-        *a.counter = 0;
+        for (int r = 0; r < R; r++) {
+            if (r >= nr) break;
+            const float scale = matvec_scale(a, nred[r]);
+            matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], best_v[r],
+                            best_i[r]);
+        }
     }
 #undef MV_ROWS_OF
 #undef MV_LOAD_STEP
+    if (a.epi == MV_EPI_LOGITS) matvec_argmax<R>(a, block, n_blocks, best_v, best_i);
 }
 
 /* ------------------------------------------------------------------ host: launches */

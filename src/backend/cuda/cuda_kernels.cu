@@ -1,8 +1,8 @@
 /*
  * cuda_kernels.cu — every kernel of the CUDA backend and its host launcher; the device building blocks live in cuda_device.cuh:
- *   k_matvec<T>    decode matrix x vector (matvec_block: its prologue builds the input, copy or fused RMSNorm;
- *                  its epilogue stores / adds to the residual / applies RoPE and appends K,V to the cache /
- *                  applies SwiGLU / writes logits and the argmax)
+ *   k_matvec<T, R> decode matrix x vector, R = 1 or up to CK_MV_MAX_ROWS rows (matvec_block: its prologue
+ *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
+ *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
  *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
  *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
@@ -20,13 +20,11 @@ using namespace nvcuda;
 
 /* ------------------------------------------------------------------ decode: matrix x vector */
 
-template <int T>
-__global__ void __launch_bounds__(MV_THREADS, 2) k_matvec(const __grid_constant__ mv_args a) {
+/* One row: two blocks per SM (<= 128 registers); several rows: one (their accumulators need more). */
+template <int T, int R>
+__global__ void __launch_bounds__(MV_THREADS, R == 1 ? 2 : 1) k_matvec(const __grid_constant__ mv_args a) {
     extern __shared__ float xs[];
-    /* the weights do not depend on the previous kernel: start pulling this warp's first rows into L2 */
-    matvec_prefetch(a, blockIdx.x, gridDim.x, 1);
-    pdl_wait_then_trigger();
-    matvec_block<T>(a, blockIdx.x, gridDim.x, xs);
+    matvec_block<T, R>(a, blockIdx.x, gridDim.x, xs);
 }
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
@@ -305,7 +303,8 @@ static const struct {
     const void *fn;
     const char *name;
 } kernel_table[] = {
-#define MV_ENTRY(T) {(const void *)k_matvec<T>, "matvec<" #T ">"},
+#define MV_ENTRY(T) {(const void *)k_matvec<T, 1>, "matvec<" #T ">"}, \
+                    {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec_rows<" #T ">"},
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
@@ -332,10 +331,21 @@ const char *ck_kernel_name(int i) { return i < N_TABLE ? kernel_table[i].name : 
 
 size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16) * sizeof(float); }
 
+size_t ck_matvec_smem_rows(int n, int nr) { return (size_t)(nr > 1 ? nr : 1) * ck_matvec_smem(n); }
+
+int ck_matvec_max_rows(int n, size_t smem_limit) {
+    int nr = CK_MV_MAX_ROWS;
+    while (nr > 0 && ck_matvec_smem_rows(n, nr) > smem_limit) nr--;
+    return nr;
+}
+
 cudaError_t ck_set_matvec_smem(size_t bytes) {
     cudaError_t e = cudaSuccess;
-#define MV_ATTR(T) \
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_matvec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#define MV_ATTR(T)                                                                                               \
+    if (e == cudaSuccess)                                                                                        \
+        e = cudaFuncSetAttribute(k_matvec<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);      \
+    if (e == cudaSuccess)                                                                                        \
+        e = cudaFuncSetAttribute(k_matvec<T, CK_MV_MAX_ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     KTYPES(MV_ATTR)
 #undef MV_ATTR
     return e;
@@ -369,10 +379,16 @@ int ck_matvec_plan(mv_args &a, int n_sm) {
     }
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
-    const size_t smem = ck_matvec_smem(a.w0.in);
-#define L(T) launch(k_matvec<T>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
-    DISPATCH(a.w0.type, L)
+    const size_t smem = ck_matvec_smem_rows(a.w0.in, a.nr);
+    if (a.nr > 1) {
+#define L(T) launch(k_matvec<T, CK_MV_MAX_ROWS>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
+        DISPATCH(a.w0.type, L)
 #undef L
+    } else {
+#define L(T) launch(k_matvec<T, 1>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
+        DISPATCH(a.w0.type, L)
+#undef L
+    }
 }
 
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st) {

@@ -36,8 +36,20 @@ struct dev_weight {
 #define CK_ATT_MAX_G 8
 #define CK_ATT_MAX_D 4
 
-/* Matrix x vector, decode path. How the block builds its input (in_mode), which rows a warp computes
- * (pair), and what it does with the two dot products (epi). */
+/* Matrix x vector, decode path: nr input rows (1..CK_MV_MAX_ROWS) through one weight matrix, each weight value
+ * loaded once and applied to every row. How the block builds its inputs (in_mode), which weight rows a warp
+ * computes (pair), and what it does with the dot products of each input row (epi).
+ *
+ * Rows (continuous batching): input row r is x + r * x_stride (n = w0.in floats); its outputs are
+ * y + r * y_stride (STORE / ADD / SWIGLU / LOGITS, and q_out + r * y_stride for QKV). QKV: row r rotates at
+ * position pos[r] and appends K/V at k_cache / v_cache + seq[r] * seq_stride + pos[r] * kv_dim (seq == NULL:
+ * every row in the cache given, as one sequence). LOGITS: row r's argmax goes to arg_out[r]; arg_val /
+ * arg_idx hold nr * n_blocks partials. Row r's results are bit-identical to a 1-row call on that row.
+ * With nr = 0 or 1 (mv_base leaves it 0) it is the single-row call; strides are then unused.
+ * Shared memory: ck_matvec_smem_rows(in, nr) bytes, so a session that launches nr rows raises the limit once
+ * at open with ck_set_matvec_smem(ck_matvec_smem_rows(widest in, nr)); ck_matvec_max_rows says how many
+ * rows fit. Grid: ck_matvec_plan (independent of nr). */
+#define CK_MV_MAX_ROWS 8
 enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1 };
 enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
 enum { MV_EPI_STORE = 0, MV_EPI_ADD = 1, MV_EPI_QKV = 2, MV_EPI_SWIGLU = 3, MV_EPI_LOGITS = 4 };
@@ -46,23 +58,25 @@ struct mv_args {
     dev_weight w0, w1;          /* w1: second matrix of MV_PAIR_DUAL (same type and shape) */
     int pair, in_mode, epi;
     int ksplit;                 /* warps per pair (1, 2, 4, 8); set by ck_matvec_plan */
-    const float *x;             /* input vector (PLAIN, NORM) */
-    const float *norm_w;        /* NORM: RMSNorm weight */
+    int nr;                     /* input rows, 1..CK_MV_MAX_ROWS (0 reads as 1) */
+    long long x_stride, y_stride; /* floats between consecutive rows' inputs / outputs */
+    const float *x;             /* input rows (PLAIN, NORM) */
+    const float *norm_w;        /* NORM: RMSNorm weight (one for all rows) */
     float eps;
     int head_dim;
-    const int *pos;             /* device: position of the token (QKV) */
-    const int *seq;             /* device: its sequence (QKV; NULL: 0), whose cache is seq_stride halves on */
-    long long seq_stride;
-    float *y;                   /* STORE / ADD / SWIGLU output */
+    const int *pos;             /* device: position of row r's token at pos[r] (QKV) */
+    const int *seq;             /* device: sequence of row r at seq[r] (QKV), or NULL */
+    long long seq_stride;       /* QKV: halves between consecutive sequences' caches (with seq) */
+    float *y;                   /* STORE / ADD / SWIGLU / LOGITS output */
     /* QKV: rows [0, nq) are q, [nq, nq+nk) k, the rest v; row_offset places w0's rows in that range */
     int row_offset, nq, nk, n_rot, kv_dim;
     const float *rope_freq;     /* n_rot/2 inverse frequencies */
     float *q_out;
-    __half *k_cache, *v_cache;  /* this layer's (n_ctx, kv_dim) */
-    /* LOGITS: logits to y, argmax partials per block, the last block writes *arg_out */
+    __half *k_cache, *v_cache;  /* this layer's (n_ctx, kv_dim) of sequence 0 (of seq[r] with seq) */
+    /* LOGITS: logits to y, argmax partials (nr x n_blocks), the last block writes arg_out[0..nr) */
     float *arg_val;
     int *arg_idx;
-    unsigned *counter;
+    unsigned *counter;          /* zero between launches (the last block re-arms it) */
     int *arg_out;
 };
 
@@ -102,8 +116,11 @@ int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm);
 int ck_kernel_count(void);
 const void *ck_kernel_at(int i);
 const char *ck_kernel_name(int i);
-/* Largest dynamic shared memory the matvec kernels may need for an input of n values. */
+/* Largest dynamic shared memory the matvec kernels may need for an input of n values (one row), for nr rows,
+ * and the most rows (<= CK_MV_MAX_ROWS) whose shared memory fits in smem_limit bytes (0 when none). */
 size_t ck_matvec_smem(int n);
+size_t ck_matvec_smem_rows(int n, int nr);
+int ck_matvec_max_rows(int n, size_t smem_limit);
 
 cudaError_t ck_set_matvec_smem(size_t bytes);
 /* Programmatic dependent launch between consecutive kernels (sm_90 and newer) for launches from this
@@ -111,6 +128,7 @@ cudaError_t ck_set_matvec_smem(size_t bytes);
 void ck_set_pdl(bool on);
 bool ck_pdl_on(void);
 
+/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; 2..CK_MV_MAX_ROWS rows: k_matvec<T, 8>). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 /* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
 int ck_matvec_plan(mv_args &a, int n_sm);

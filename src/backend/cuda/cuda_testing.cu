@@ -19,7 +19,7 @@ extern "C" {
 
 /* Device buffers of one test call, freed together. */
 typedef struct test_bufs {
-    void *p[16];
+    void *p[24];
     int n;
     cudaStream_t st;
 } test_bufs;
@@ -36,7 +36,7 @@ static kiln_status tb_init(test_bufs *b) {
 
 static void *tb_alloc(test_bufs *b, size_t n, const void *init) {
     void *p = NULL;
-    if (b->n >= 16 || cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
+    if (b->n >= 24 || cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
     kiln_count_device_alloc();
     b->p[b->n++] = p;
     if (init) cudaMemcpy(p, init, n, cudaMemcpyHostToDevice);
@@ -74,6 +74,13 @@ static kiln_status tb_weight(test_bufs *b, uint32_t type, const void *w, int in,
     return KILN_OK;
 }
 
+/* Records the first CUDA failure in the local `st` and goes on (the caller frees what it holds). */
+#define TB_TRY(expr, what)                                                \
+    do {                                                                  \
+        cudaError_t e_ = (expr);                                          \
+        if (e_ != cudaSuccess && st == KILN_OK) st = cuda_fail(e_, what); \
+    } while (0)
+
 static kiln_status tb_finish(test_bufs *b, void *host, const void *dev, size_t n) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize(b->st);
@@ -109,6 +116,77 @@ extern "C" kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int i
         }
         st = tb_finish(&b, y, dy, (size_t)out * 4);
     }
+    tb_free(&b);
+    return st;
+}
+
+/* The device arguments of a kiln_cuda_mv_rows call (buffers in b). */
+static kiln_status rows_args(test_bufs *b, const kiln_cuda_mv_rows *t, mv_args *a, size_t kv_n) {
+    const bool dual = t->kind == KILN_MVB_SWIGLU, qkv = t->kind == KILN_MVB_QKV;
+    dev_weight w0, w1;
+    memset(&w1, 0, sizeof w1);
+    kiln_status st = tb_weight(b, t->type, t->w, t->in, t->out, &w0);
+    if (st == KILN_OK && dual) st = tb_weight(b, t->type, t->w1, t->in, t->out, &w1);
+    if (st != KILN_OK) return st;
+    const int nr = t->nr, nblk = 4 * 132;
+    *a = mv_base();
+    a->w0 = w0, a->w1 = w1, a->nr = nr;
+    a->pair = dual ? MV_PAIR_DUAL : MV_PAIR_ADJ;
+    a->in_mode = t->norm_w ? MV_IN_NORM : MV_IN_PLAIN;
+    a->epi = t->kind == KILN_MVB_ADD ? MV_EPI_ADD : qkv ? MV_EPI_QKV : dual ? MV_EPI_SWIGLU
+             : t->kind == KILN_MVB_LOGITS ? MV_EPI_LOGITS : MV_EPI_STORE;
+    a->x = (const float *)tb_alloc(b, (size_t)nr * t->in * 4, t->x);
+    a->x_stride = t->in, a->y_stride = t->out;
+    a->norm_w = t->norm_w ? (const float *)tb_alloc(b, (size_t)t->in * 4, t->norm_w) : NULL;
+    a->eps = 1e-5f;
+    a->y = (float *)tb_alloc(b, (size_t)nr * t->out * 4, t->kind == KILN_MVB_ADD ? t->y : NULL);
+    a->arg_val = (float *)tb_alloc(b, (size_t)nr * nblk * 4, NULL);
+    a->arg_idx = (int *)tb_alloc(b, (size_t)nr * nblk * 4, NULL);
+    a->arg_out = (int *)tb_alloc(b, (size_t)nr * 4, NULL);
+    a->counter = (unsigned *)tb_alloc(b, 4, NULL);
+    if (qkv) {
+        a->nq = t->nq, a->nk = t->nk, a->head_dim = t->head_dim, a->n_rot = t->n_rot, a->kv_dim = t->nk;
+        a->rope_freq = (const float *)tb_alloc(b, (size_t)(t->n_rot / 2 + 1) * 4, t->rope_freq);
+        a->pos = (const int *)tb_alloc(b, (size_t)nr * 4, t->pos);
+        a->seq = (const int *)tb_alloc(b, (size_t)nr * 4, t->seq);
+        a->seq_stride = (long long)t->n_ctx * t->nk;
+        a->q_out = a->y;
+        a->k_cache = (__half *)tb_alloc(b, 2 * kv_n * 2, NULL);
+        a->v_cache = a->k_cache ? a->k_cache + kv_n : NULL;
+    }
+    if (!a->x || (t->norm_w && !a->norm_w) || !a->y || !a->arg_val || !a->arg_idx || !a->arg_out || !a->counter ||
+        (qkv && (!a->rope_freq || !a->pos || !a->seq || !a->k_cache)))
+        return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    return KILN_OK;
+}
+
+extern "C" kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t) {
+    if (t->nr < 1 || t->nr > CK_MV_MAX_ROWS) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: %d rows", t->nr);
+    if (t->kind == KILN_MVB_QKV && (t->out != t->nq + 2 * t->nk || t->nq % t->head_dim || t->nk % t->head_dim))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: qkv shape %d != %d + 2 * %d", t->out, t->nq, t->nk);
+    const size_t kv_n = t->kind == KILN_MVB_QKV ? (size_t)t->n_seq * t->n_ctx * t->nk : 0;
+    uint16_t *kvh = kv_n ? (uint16_t *)kiln_malloc(2 * kv_n * 2) : NULL;
+    if (kv_n && !kvh) return kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    mv_args a;
+    if (st == KILN_OK) st = rows_args(&b, t, &a, kv_n);
+    if (st == KILN_OK) {
+        kiln_cuda_device_info di;
+        kiln_cuda_probe(&di);
+        const size_t smem = ck_matvec_smem_rows(t->in, t->nr);
+        if (smem > 48 * 1024) TB_TRY(ck_set_matvec_smem(smem), "matvec shared memory");
+        const int nb = ck_matvec_plan(a, di.n_sm);
+        if (st == KILN_OK) ck_matvec(a, nb, b.st);
+        if (st == KILN_OK) st = tb_finish(&b, t->y, a.y, (size_t)t->nr * t->out * 4);
+    }
+    if (st == KILN_OK && t->kind == KILN_MVB_LOGITS)
+        TB_TRY(cudaMemcpy(t->argmax, a.arg_out, (size_t)t->nr * 4, cudaMemcpyDeviceToHost), "argmax copy");
+    if (st == KILN_OK && kv_n) {
+        TB_TRY(cudaMemcpy(kvh, a.k_cache, 2 * kv_n * 2, cudaMemcpyDeviceToHost), "cache copy");
+        for (size_t i = 0; st == KILN_OK && i < 2 * kv_n; i++) t->kv[i] = kiln_f16_to_f32(kvh[i]);
+    }
+    kiln_free(kvh);
     tb_free(&b);
     return st;
 }
@@ -228,5 +306,211 @@ extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float
     kiln_free(kh);
     kiln_free(rows);
     tb_free(&b);
+    return st;
+}
+
+/* ------------------------------------------------------------------ matvec microbenchmark */
+
+/* FNV-1a over n bytes, continuing h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* GGUF rows of `type` for a random out x in matrix (normal values of scale 0.05, a fixed seed), built row by
+ * row with the reference quantizer; NULL when out of memory. */
+static void *bench_weight(uint32_t type, int in, int out) {
+    const kiln_type_info *ti = kiln_type_get(type);
+    const size_t row = kiln_row_bytes(type, (uint64_t)in);
+    uint8_t *w = (uint8_t *)kiln_malloc(row * (size_t)out);
+    float *f = (float *)kiln_malloc(sizeof(float) * (size_t)in);
+    if (!w || !f) {
+        kiln_free(w), kiln_free(f);
+        return NULL;
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int r = 0; r < out; r++) {
+        for (int k = 0; k < in; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            f[k] = 0.05f * ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 3.4f;
+        }
+        ti->from_float(f, w + (size_t)r * row, in);
+    }
+    kiln_free(f);
+    return w;
+}
+
+/* The device side of one benchmark case: its buffers and the matvec's arguments. */
+typedef struct bench_case {
+    test_bufs b;
+    mv_args a;
+    float *dy, *dq;
+    __half *dkv;
+    size_t kv_bytes;
+    int *arg_out;
+    int nb;
+    uint8_t *copies;           /* n_copies copies of the weights (w0's q, d, then w1's), stride bytes apart */
+    int n_copies;
+    size_t stride, off[4];
+} bench_case;
+
+/* The arguments with launch i's copy of the weights. */
+static mv_args bench_copy(const bench_case *c, int i) {
+    mv_args a = c->a;
+    if (!c->copies) return a;
+    uint8_t *base = c->copies + (size_t)(i % c->n_copies) * c->stride;
+    a.w0.q = base + c->off[0], a.w0.d = c->a.w0.d ? (const __half *)(base + c->off[1]) : NULL;
+    if (c->a.w1.q) a.w1.q = base + c->off[2], a.w1.d = c->a.w1.d ? (const __half *)(base + c->off[3]) : NULL;
+    return a;
+}
+
+/* Copies of the weights filling at least 192 MB (more than the L2), so that launches cycling through them read
+ * their weights from HBM as a decode step does. */
+static kiln_status bench_make_copies(bench_case *c, int n_launch) {
+    const dev_weight *w[2] = {&c->a.w0, &c->a.w1};
+    size_t len[4], tot = 0;
+    for (int i = 0; i < 4; i++) {
+        const dev_weight *d = w[i / 2];
+        len[i] = !d->q ? 0 : i % 2 == 0 ? (size_t)d->row_bytes * d->out : d->d ? (size_t)d->d_per_row * d->out * 2 : 0;
+        c->off[i] = tot;
+        tot += align_up(len[i], 256);
+    }
+    c->stride = tot;
+    c->n_copies = (int)((192u << 20) / tot) + 1;
+    if (c->n_copies > n_launch) c->n_copies = n_launch;
+    c->copies = (uint8_t *)tb_alloc(&c->b, tot * c->n_copies, NULL);
+    if (!c->copies) return kiln_fail(KILN_ERR_DEVICE, "cuda bench: %d copies of %zu bytes", c->n_copies, tot);
+    const void *src[4] = {c->a.w0.q, c->a.w0.d, c->a.w1.q, c->a.w1.d};
+    kiln_status st = KILN_OK;
+    for (int k = 0; k < c->n_copies; k++)
+        for (int i = 0; i < 4; i++)
+            if (len[i]) TB_TRY(cudaMemcpy(c->copies + (size_t)k * tot + c->off[i], src[i], len[i], cudaMemcpyDeviceToDevice), "copy");
+    return st;
+}
+
+#define BENCH_MAX_BLOCKS (2 * 132 * 4)
+
+/* Buffers, weights and arguments of the case mb describes (random weights, a fixed input). */
+static kiln_status bench_setup(const kiln_cuda_mv_bench *mb, bench_case *c) {
+    const int in = mb->in, out = mb->out, dual = mb->kind == KILN_MVB_SWIGLU, nr = mb->nr;
+    const int pos[CK_MV_MAX_ROWS] = {7, 7, 7, 7, 7, 7, 7, 7};
+    test_bufs *b = &c->b;
+    kiln_status st = tb_init(b);
+    if (st != KILN_OK) return st;
+    void *hw = bench_weight(mb->type, in, out);
+    float *hx = (float *)kiln_malloc(sizeof(float) * (size_t)in * nr);
+    if (!hw || !hx) st = kiln_fail(KILN_ERR_NOMEM, "cuda bench: out of memory");
+    dev_weight dw0, dw1;
+    memset(&dw1, 0, sizeof dw1);
+    if (st == KILN_OK) st = tb_weight(b, mb->type, hw, in, out, &dw0);
+    if (st == KILN_OK && dual) st = tb_weight(b, mb->type, hw, in, out, &dw1);
+    for (int k = 0; hx && k < in * nr; k++) hx[k] = sinf(0.37f * (float)k) + 0.1f;
+    c->kv_bytes = (size_t)16 * mb->nk * 2;
+    float *dx = st == KILN_OK ? (float *)tb_alloc(b, (size_t)in * nr * 4, hx) : NULL;
+    kiln_free(hw), kiln_free(hx);
+    c->dy = (float *)tb_alloc(b, (size_t)out * nr * 4, NULL);
+    c->dq = (float *)tb_alloc(b, (size_t)out * nr * 4, NULL);
+    c->dkv = (__half *)tb_alloc(b, 2 * c->kv_bytes + 4, NULL);
+    int *dpos = (int *)tb_alloc(b, sizeof pos, pos);
+    float *fr = (float *)tb_alloc(b, (size_t)(mb->head_dim / 2 + 1) * 4, NULL);
+    float *av = (float *)tb_alloc(b, (size_t)BENCH_MAX_BLOCKS * CK_MV_MAX_ROWS * 4, NULL);
+    int *ai = (int *)tb_alloc(b, (size_t)BENCH_MAX_BLOCKS * CK_MV_MAX_ROWS * 4 + 64, NULL);
+    unsigned *cnt = (unsigned *)tb_alloc(b, 4, NULL);
+    if (st == KILN_OK && (!dx || !c->dy || !c->dq || !c->dkv || !dpos || !fr || !av || !ai || !cnt))
+        st = kiln_fail(KILN_ERR_DEVICE, "cuda bench: allocation failed");
+    if (st != KILN_OK) return st;
+    mv_args &a = c->a;
+    a = mv_base();
+    a.w0 = dw0, a.w1 = dw1, a.nr = nr, a.x_stride = in, a.y_stride = out;
+    a.pair = dual ? MV_PAIR_DUAL : MV_PAIR_ADJ;
+    const bool norm = mb->kind == KILN_MVB_QKV || mb->kind == KILN_MVB_SWIGLU || mb->kind == KILN_MVB_LOGITS;
+    a.in_mode = norm ? MV_IN_NORM : MV_IN_PLAIN;
+    a.x = dx, a.norm_w = norm ? dx : NULL, a.eps = 1e-5f;
+    a.epi = mb->kind == KILN_MVB_ADD      ? MV_EPI_ADD
+            : mb->kind == KILN_MVB_QKV    ? MV_EPI_QKV
+            : mb->kind == KILN_MVB_SWIGLU ? MV_EPI_SWIGLU
+            : mb->kind == KILN_MVB_LOGITS ? MV_EPI_LOGITS
+                                          : MV_EPI_STORE;
+    a.y = c->dy;
+    a.pos = dpos, a.head_dim = mb->head_dim, a.nq = mb->nq, a.nk = mb->nk, a.n_rot = mb->head_dim;
+    a.kv_dim = mb->nk, a.rope_freq = fr, a.q_out = c->dq, a.k_cache = c->dkv, a.v_cache = c->dkv + c->kv_bytes / 2;
+    a.arg_val = av, a.arg_idx = ai, a.counter = cnt, a.arg_out = c->arg_out = ai + BENCH_MAX_BLOCKS * CK_MV_MAX_ROWS;
+    kiln_cuda_device_info di;
+    kiln_cuda_probe(&di);
+    const size_t smem = ck_matvec_smem_rows(in, mb->nr);
+    if (smem > 48 * 1024) TB_TRY(ck_set_matvec_smem(smem), "matvec shared memory");
+    c->nb = ck_matvec_plan(a, di.n_sm);
+    if (st == KILN_OK && c->nb > BENCH_MAX_BLOCKS) st = kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: %d blocks", c->nb);
+    return st;
+}
+
+/* One launch from zeroed outputs; *hash: FNV-1a of everything it wrote (y, q, the K/V rows, the argmax). */
+static kiln_status bench_hash(bench_case *c, int out, uint64_t *hash) {
+    out *= c->a.nr;
+    ck_matvec(c->a, c->nb, c->b.st);
+    kiln_status st = tb_finish(&c->b, NULL, NULL, 0);
+    const size_t n = (size_t)out * 4 > 2 * c->kv_bytes ? (size_t)out * 4 : 2 * c->kv_bytes;
+    uint8_t *h = (uint8_t *)kiln_malloc(n + 64);
+    if (st == KILN_OK && !h) st = kiln_fail(KILN_ERR_NOMEM, "cuda bench: out of memory");
+    uint64_t v = 0xCBF29CE484222325ull;
+    const void *src[4] = {c->dy, c->dq, c->dkv, c->arg_out};
+    const size_t len[4] = {(size_t)out * 4, (size_t)out * 4, 2 * c->kv_bytes, (size_t)c->a.nr * 4};
+    for (int i = 0; i < 4 && st == KILN_OK; i++) {
+        TB_TRY(cudaMemcpy(h, src[i], len[i], cudaMemcpyDeviceToHost), "bench copy");
+        v = fnv(v, h, len[i]);
+    }
+    kiln_free(h);
+    *hash = v;
+    return st;
+}
+
+/* n launches captured in one graph, replayed reps times after one warm replay: microseconds per launch. */
+static kiln_status bench_time(bench_case *c, int n, int reps, double *us) {
+    kiln_status st = KILN_OK;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    TB_TRY(cudaStreamBeginCapture(c->b.st, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < n && st == KILN_OK; i++) ck_matvec(bench_copy(c, i), c->nb, c->b.st);
+    if (st == KILN_OK) TB_TRY(cudaStreamEndCapture(c->b.st, &g), "end capture");
+    if (st == KILN_OK) TB_TRY(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    TB_TRY(cudaEventCreate(&e0), "event");
+    TB_TRY(cudaEventCreate(&e1), "event");
+    if (st == KILN_OK) {
+        TB_TRY(cudaGraphLaunch(ge, c->b.st), "replay");
+        TB_TRY(cudaEventRecord(e0, c->b.st), "event");
+        for (int r = 0; r < reps; r++) TB_TRY(cudaGraphLaunch(ge, c->b.st), "replay");
+        TB_TRY(cudaEventRecord(e1, c->b.st), "event");
+        TB_TRY(cudaStreamSynchronize(c->b.st), "replay");
+        float ms = 0.0f;
+        TB_TRY(cudaEventElapsedTime(&ms, e0, e1), "event time");
+        *us = 1e3 * (double)ms / ((double)reps * n);
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb) {
+    if (mb->nr < 1 || mb->nr > CK_MV_MAX_ROWS) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: %d rows", mb->nr);
+    if (mb->n_launch < 1 || mb->reps < 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: no launches");
+    if (mb->kind == KILN_MVB_QKV &&
+        (mb->out != mb->nq + 2 * mb->nk || mb->head_dim < 2 || mb->nq % mb->head_dim || mb->nk % mb->head_dim))
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: qkv shape %d != %d + 2 * %d", mb->out, mb->nq, mb->nk);
+    bench_case c;
+    memset(&c, 0, sizeof c);
+    kiln_status st = bench_setup(mb, &c);
+    mb->blocks = c.nb;
+    ck_set_pdl(mb->pdl);
+    if (st == KILN_OK) st = bench_hash(&c, mb->out, &mb->hash);
+    if (st == KILN_OK) st = bench_time(&c, mb->n_launch, mb->reps, &mb->us_l2);
+    if (st == KILN_OK) st = bench_make_copies(&c, mb->n_launch);
+    mb->n_copies = c.n_copies;
+    if (st == KILN_OK) st = bench_time(&c, mb->n_launch, mb->reps, &mb->us);
+    ck_set_pdl(false);
+    tb_free(&c.b);
     return st;
 }
