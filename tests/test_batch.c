@@ -244,19 +244,20 @@ TEST(batch_errors_name_the_row_and_change_nothing) {
 
 #include "test_gpu.h"
 
-#define CSEQ 5
+#define CSEQ 10
 #define CSTEPS 24
 
-/* The rows of step g: all five sequences, then 0, 2, 4 (bucket 4: one padding row), then 1, 3, then 4 alone. */
+/* The rows of step g: all ten sequences (a GEMM bucket), nine of them (the same bucket with a padding row),
+ * three (the multi-row matvecs), one. */
 static int active_of(int g, int *seqs) {
-    static const int sets[4][CSEQ] = {{0, 1, 2, 3, 4}, {4, 0, 2}, {3, 1}, {4}};
-    static const int sizes[4] = {5, 3, 2, 1};
+    static const int sets[4][CSEQ] = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {9, 0, 2, 4, 6, 8, 1, 3, 5}, {4, 0, 2}, {7}};
+    static const int sizes[4] = {10, 9, 3, 1};
     for (int i = 0; i < sizes[g % 4]; i++) seqs[i] = sets[g % 4][i];
     return sizes[g % 4];
 }
 
-/* Five sequences on CUDA (buckets 1, 2, 4, 5), prefilled, then CSTEPS steps of changing subsets (with padding
- * rows); each sequence alone in a one-sequence CUDA session, fed the same ids, gives logits with cosine >=
+/* Ten sequences on CUDA (buckets 1..8 on the matvecs, 10 on the GEMMs), prefilled, then CSTEPS steps of
+ * changing subsets (with a padding row); each sequence alone in a one-sequence CUDA session, fed the same ids, gives logits with cosine >=
  * 0.9999 at every step and the same greedy ids (a difference is accepted only at a near-tie of the alone run:
  * top-2 gap < 1e-3 of the logits' range). */
 static void cuda_rows_equal_alone(const char *rel) {
@@ -266,7 +267,7 @@ static void cuda_rows_equal_alone(const char *rel) {
     kiln_session *s;
     REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 96, .max_batch = 16, .n_seq = CSEQ,
                                                              .device = KILN_DEVICE_CUDA}, &s));
-    static const int plen[CSEQ] = {7, 5, 9, 3, 12};
+    static const int plen[CSEQ] = {7, 5, 9, 3, 12, 1, 8, 2, 11, 6};
     int32_t prompts[CSEQ][16], fed[CSEQ][CSTEPS + 1];
     int n_fed[CSEQ] = {0};
     float *got = malloc(sizeof(float) * (size_t)V * CSEQ * (CSTEPS + 1)), *want = malloc(sizeof(float) * V);
@@ -337,7 +338,7 @@ TEST(batch_cuda_gates_every_bucket_nothing_allocated_loaded_or_captured) {
     if (!test_gpu_ready()) return;
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared(MODELS[1]), &m));
-    enum { NS = 8 };
+    enum { NS = 12 }; /* buckets 1..8 (matvecs), 12 (GEMMs; 9..11 rows padded) */
     kiln_session *s;
     REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .max_batch = 32, .n_seq = NS,
                                                              .device = KILN_DEVICE_CUDA}, &s));

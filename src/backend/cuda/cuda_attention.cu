@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#define AD_THREADS 128
+#define AD_THREADS 256
 #define AD_WARPS (AD_THREADS / 32)
 #define AD_SUB 128 /* keys whose scores are in shared memory at once */
 
@@ -74,7 +74,7 @@ static __device__ void attn_combine(const attn_args &a, int r, int kvh, int n_ac
         const int g = i / hd, d = i - g * hd, h = kvh * G + g;
         const float *p = base + (long long)h * stride + d;
         float acc = 0.0f;
-#pragma unroll 8
+#pragma unroll 16
         for (int sp = 0; sp < n_active; sp++) acc += wsm[sp * MG + g] * __ldcg(p + (long long)sp * a.n_head * stride);
         attn_put(a, r, kvh * G * hd + i, acc);
     }
@@ -371,7 +371,7 @@ const char *ck_attn_kernel_name(int i) { return attn_table[i].name; }
 
 int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm) {
     int s = (2 * n_sm + n_rows * n_head_kv - 1) / (n_rows * n_head_kv);
-    if (s > CK_ATT_MAX_SPLIT) s = CK_ATT_MAX_SPLIT;
+    if (s > 32) s = 32; /* the combine reads every split's partial: more splits cost it more than they save */
     if (s > (n_ctx + 15) / 16) s = (n_ctx + 15) / 16;
     return s < 1 ? 1 : s;
 }

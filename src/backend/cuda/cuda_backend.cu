@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
-#define CK_MAX_BUCKETS 10                /* decode-step sizes 1, 2, 4, ..., 256 */
+#define CK_MAX_BUCKETS 16                /* decode-step sizes 1..8, then 16, 32, ..., 256 */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -73,6 +73,8 @@ typedef struct cuda_state {
     cudaGraph_t graphs[CK_MAX_BUCKETS];
     cudaGraphExec_t gexecs[CK_MAX_BUCKETS];
     int max_step;              /* most rows of a decode step: min(n_seq, max_batch) */
+    int mv_rows;               /* steps of up to this many rows run the multi-row matvecs (one bucket per size);
+                                * larger ones the GEMMs (buckets 2^k, padded) */
     int max_rows_out;          /* most output rows of one call: max(max_step, max_out) */
     uint8_t *seen;             /* n_seq flags: which sequences a call's rows touch (decode-step test) */
     int cur_seq;               /* the sequence whose cache the eager prefill pieces address */
@@ -366,16 +368,16 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->qkv = (float *)carve(base, off, B * s->NQKV * 4);
     s->g = (float *)carve(base, off, B * s->F * 4);
     s->u = (float *)carve(base, off, B * s->F * 4);
-    s->hvec = (float *)carve(base, off, (size_t)s->F * 4);
+    s->hvec = (float *)carve(base, off, (size_t)s->mv_rows * s->F * 4);
     s->xh = (__half *)carve(base, off, B * s->Epad * 2);
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
     s->part = (float *)carve(base, off, n_part * hp->n_head * (hp->head_dim + 2) * 4);
-    s->attn_f = (float *)carve(base, off, (size_t)s->Q * 4);
+    s->attn_f = (float *)carve(base, off, (size_t)s->mv_rows * s->Q * 4);
     s->att_counters = (unsigned *)carve(base, off, M * hp->n_head_kv * 4);
     s->logits = (float *)carve(base, off, NO * s->V * 4);
-    s->arg_val = (float *)carve(base, off, (size_t)s->max_mv_blocks * 4);
-    s->arg_idx = (int *)carve(base, off, (size_t)s->max_mv_blocks * 4);
+    s->arg_val = (float *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
+    s->arg_idx = (int *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
     s->counter = (unsigned *)carve(base, off, 4);
     s->arg_rows = (int *)carve(base, off, NO * 4);
     s->rows = (int *)carve(base, off, 3 * M * 4);
@@ -404,13 +406,15 @@ static size_t kv_offset(const cuda_state *s, int seq, int il) {
 }
 
 /* ---- the output stage: logits and argmax of n_out rows of x into s->logits (row k at k * V) and
- * s->arg_rows, then the argmax copy to h_argmax. One row: the fused matvec (RMSNorm, logits, argmax) of row
- * `first` of x; several: RMSNorm of the rows idx_dev[k] (NULL: rows 0..n_out-1), the GEMM, the row argmax. */
+ * s->arg_rows, then the argmax copy to h_argmax. Up to mv_rows consecutive rows from `first` (idx_dev NULL):
+ * the fused matvec (RMSNorm, logits, argmax per row); else RMSNorm of the rows idx_dev[k] (NULL: rows
+ * 0..n_out-1), the GEMM, the row argmax. */
 static void launch_outputs(cuda_state *s, int n_out, int first, const int *idx_dev) {
     cudaStream_t st = s->stream;
-    if (n_out == 1) {
+    if (n_out <= s->mv_rows && (!idx_dev || n_out == 1)) {
         mv_args a = mv_base();
         a.w0 = s->output;
+        a.nr = n_out, a.x_stride = s->E, a.y_stride = s->V;
         a.pair = MV_PAIR_ADJ;
         a.in_mode = MV_IN_NORM;
         a.x = s->x + (size_t)first * s->E;
@@ -431,15 +435,17 @@ static void launch_outputs(cuda_state *s, int n_out, int first, const int *idx_d
     cudaMemcpyAsync(s->h_argmax, s->arg_rows, (size_t)n_out * sizeof(int), cudaMemcpyDeviceToHost, st);
 }
 
-/* ---- the one-row decode step (bucket 1) for layer il: matvecs with fused prologues and epilogues */
+/* ---- decode steps of R <= mv_rows rows: matvecs over the R rows (each weight read once) with fused
+ * prologues and epilogues */
 
-/* RMSNorm + QKV (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
-static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset) {
+/* RMSNorm + QKV of R rows (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
+static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset, int R) {
     const kiln_hparams *hp = &s->m->hp;
     const cu_layer *L = &s->layers[il];
     const size_t kv_off = kv_offset(s, 0, il);
     mv_args a = mv_base();
     a.w0 = w;
+    a.nr = R, a.x_stride = s->E, a.y_stride = s->NQKV;
     a.row_offset = row_offset;
     a.pair = MV_PAIR_ADJ;
     a.in_mode = MV_IN_NORM;
@@ -475,15 +481,15 @@ static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, boo
     return a;
 }
 
-/* Attention of the R rows of a decode step (bucket b) over their sequences' caches: into attn_f (one row,
- * float) or atth (half, for the GEMM). */
+/* Attention of the R rows of a decode step (bucket b) over their sequences' caches: into attn_f (float, for
+ * the matvecs) or atth (half, for the GEMMs). */
 static attn_args step_attn(const cuda_state *s, int il, int b) {
     const kiln_hparams *hp = &s->m->hp;
     const size_t kv_off = kv_offset(s, 0, il);
     attn_args at;
     memset(&at, 0, sizeof at);
     at.q = s->qkv;
-    at.q_stride = s->bucket[b] == 1 && !s->qkv_post ? s->Q : s->NQKV;
+    at.q_stride = s->NQKV;
     at.k_cache = s->kc + kv_off;
     at.v_cache = s->vc + kv_off;
     at.seq_stride = s->seq_stride;
@@ -493,28 +499,30 @@ static attn_args step_attn(const cuda_state *s, int il, int b) {
     at.n_split = s->att_split[b];
     at.part = s->part;
     at.counters = s->att_counters;
-    if (s->bucket[b] == 1) at.out_f = s->attn_f;
+    if (s->bucket[b] <= s->mv_rows) at.out_f = s->attn_f;
     else at.out = s->atth, at.out_stride = s->Qpad;
     at.scale = 1.0f / sqrtf((float)hp->head_dim);
     return at;
 }
 
-/* x += W x_in (the O projection from attn_f, or the down projection from hvec). */
-static mv_args dec_residual(const dev_weight &w, const float *in, float *x) {
+/* x += W x_in for R rows (the O projection from attn_f, or the down projection from hvec). */
+static mv_args dec_residual(const cuda_state *s, const dev_weight &w, const float *in, int R) {
     mv_args a = mv_base();
     a.w0 = w;
+    a.nr = R, a.x_stride = w.in == s->Q ? s->Q : s->F, a.y_stride = s->E;
     a.pair = MV_PAIR_ADJ;
     a.in_mode = MV_IN_PLAIN;
     a.x = in;
     a.epi = MV_EPI_ADD;
-    a.y = x;
+    a.y = s->x;
     return a;
 }
 
-/* RMSNorm + gate/up: SwiGLU into hvec when both have one type (dual), else the caller stores g and u. */
-static mv_args dec_gate_up(const cuda_state *s, int il) {
+/* RMSNorm + gate/up of R rows: SwiGLU into hvec when both have one type (dual), else the caller stores g, u. */
+static mv_args dec_gate_up(const cuda_state *s, int il, int R) {
     const cu_layer *L = &s->layers[il];
     mv_args a = mv_base();
+    a.nr = R, a.x_stride = s->E, a.y_stride = s->F;
     a.in_mode = MV_IN_NORM;
     a.x = s->x;
     a.norm_w = L->ffn_norm;
@@ -526,27 +534,29 @@ static mv_args dec_gate_up(const cuda_state *s, int il) {
     return a;
 }
 
-/* The one-row decode step (bucket 0): the row's id, sequence and position in s->rows, kernel by kernel. */
-static void launch_decode(cuda_state *s) {
+/* The decode step of bucket b (R <= mv_rows rows, no padding): the rows' ids, sequences and positions in
+ * s->rows, kernel by kernel. */
+static void launch_decode(cuda_state *s, int b) {
     const kiln_hparams *hp = &s->m->hp;
     cudaStream_t st = s->stream;
-    ck_embed(s->tok_embd, step_ids(s), s->x, 1, st);
+    const int R = s->bucket[b];
+    ck_embed(s->tok_embd, step_ids(s), s->x, R, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
         if (L->qkv_fused) {
-            launch_mv(s, dec_qkv(s, il, L->wqkv, 0));
+            launch_mv(s, dec_qkv(s, il, L->wqkv, 0, R));
         } else {
-            launch_mv(s, dec_qkv(s, il, L->wq, 0));
-            launch_mv(s, dec_qkv(s, il, L->wk, s->Q));
-            launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV));
+            launch_mv(s, dec_qkv(s, il, L->wq, 0, R));
+            launch_mv(s, dec_qkv(s, il, L->wk, s->Q, R));
+            launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV, R));
         }
-        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), 1, st);
-        ck_attn_decode(step_attn(s, il, 0), 1, st);
-        launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
+        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
+        ck_attn_decode(step_attn(s, il, b), R, st);
+        launch_mv(s, dec_residual(s, L->wo, s->attn_f, R));
         if (L->gu_dual) {
-            launch_mv(s, dec_gate_up(s, il));
+            launch_mv(s, dec_gate_up(s, il, R));
         } else {
-            mv_args a = dec_gate_up(s, il);
+            mv_args a = dec_gate_up(s, il, R);
             a.pair = MV_PAIR_ADJ;
             a.epi = MV_EPI_STORE;
             a.w1 = dev_weight{};
@@ -554,11 +564,11 @@ static void launch_decode(cuda_state *s) {
             launch_mv(s, a);
             a.w0 = L->wu, a.y = s->u;
             launch_mv(s, a);
-            ck_swiglu_vec(s->g, s->u, s->F, s->hvec, st);
+            ck_swiglu_vec(s->g, s->u, R * s->F, s->hvec, st);
         }
-        launch_mv(s, dec_residual(L->wd, s->hvec, s->x));
+        launch_mv(s, dec_residual(s, L->wd, s->hvec, R));
     }
-    launch_outputs(s, 1, 0, NULL);
+    launch_outputs(s, R, 0, NULL);
 }
 
 /* ---- n rows through the matrix products (tensor-core GEMMs over all rows: each weight read once) */
@@ -593,12 +603,12 @@ static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
     gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, split);
 }
 
-/* Floats of split-K partials the decode steps' GEMMs need (the largest ks * rows * out over the buckets and
- * the layers' matrices). */
+/* Floats of split-K partials the decode steps' GEMMs need (the largest ks * rows * out over the GEMM buckets
+ * and the layers' matrices). */
 static size_t gemm_work_floats(const cuda_state *s) {
     size_t n = 0;
     for (int b = 0; b < s->n_buckets; b++)
-        for (int il = 0; il < s->m->hp.n_layer && s->bucket[b] > 1; il++) {
+        for (int il = 0; il < s->m->hp.n_layer && s->bucket[b] > s->mv_rows; il++) {
             const cu_layer *L = &s->layers[il];
             const dev_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
@@ -611,8 +621,8 @@ static size_t gemm_work_floats(const cuda_state *s) {
     return n;
 }
 
-/* The decode step of bucket b (R >= 2 rows, each of its own sequence; padding rows have position -1 and
- * append nothing, their outputs are never read), then the outputs of all R rows. */
+/* The decode step of bucket b (R > mv_rows rows, each of its own sequence; padding rows have position -1 and
+ * append nothing, their outputs are never read) through the GEMMs, then the outputs of all R rows. */
 static void launch_step(cuda_state *s, int b) {
     const kiln_hparams *hp = &s->m->hp;
     cudaStream_t st = s->stream;
@@ -733,7 +743,7 @@ static void graph_facts(cuda_state *s, cudaGraph_t g) {
 /* The kernels of a decode step of bucket b, after the copy of its rows to the device. */
 static void launch_bucket(cuda_state *s, int b) {
     cudaMemcpyAsync(s->rows, s->h_rows, 3 * (size_t)s->max_step * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-    if (s->bucket[b] == 1) launch_decode(s);
+    if (s->bucket[b] <= s->mv_rows) launch_decode(s, b);
     else launch_step(s, b);
 }
 
@@ -751,16 +761,28 @@ static kiln_status capture_graph(cuda_state *s, int b) {
     return KILN_OK;
 }
 
-/* The bucket sizes: 1, 2, 4, ... below max_step, then max_step; their attention splits. */
-static void plan_buckets(cuda_state *s) {
+/* The bucket sizes: 1, 2, ..., mv_rows (the matvec path, no padding), then 2^k above it while below max_step,
+ * then max_step; their attention splits. mv_rows: the most rows whose matvec inputs fit in shared memory. */
+static void plan_buckets(cuda_state *s, size_t smem_optin) {
     const kiln_hparams *hp = &s->m->hp;
+    int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    widest = widest > s->Q ? widest : s->Q;
+    s->mv_rows = ck_matvec_max_rows(widest, smem_optin);
+    s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows; /* one row fits wherever the backend ran before */
     s->n_buckets = 0;
-    for (int r = 1;; r *= 2) {
+    for (int r = 1; s->n_buckets < CK_MAX_BUCKETS;) {
         const int R = r < s->max_step ? r : s->max_step;
         s->bucket[s->n_buckets] = R;
         s->att_split[s->n_buckets] = ck_attn_splits(R, hp->n_head_kv, s->cfg.n_ctx, s->n_sm);
         s->n_buckets++;
-        if (R == s->max_step || s->n_buckets == CK_MAX_BUCKETS) break;
+        if (R == s->max_step) break;
+        if (r < s->mv_rows) {
+            r++;
+        } else { /* the next power of two above r */
+            int p = 1;
+            while (p <= r) p *= 2;
+            r = p;
+        }
     }
 }
 
@@ -836,7 +858,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->seq_stride = (long long)hp->n_layer * cfg->n_ctx * s->KV;
         s->max_step = cfg->n_seq < cfg->max_batch ? cfg->n_seq : cfg->max_batch;
         s->max_rows_out = s->max_step > cfg->max_out ? s->max_step : cfg->max_out;
-        plan_buckets(s);
+        int optin = 0;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess) optin = 48 * 1024;
+        plan_buckets(s, (size_t)optin);
         s->max_mv_blocks = s->n_sm * 4;
         s->layers = (cu_layer *)kiln_calloc((size_t)hp->n_layer, sizeof(cu_layer));
         s->seen = (uint8_t *)kiln_calloc((size_t)cfg->n_seq, 1);
@@ -943,7 +967,7 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, ck_kernel_name(i)));
         }
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
-        const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
+        const size_t smem = ck_matvec_smem_rows(widest > s->Q ? widest : s->Q, s->mv_rows);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
     }

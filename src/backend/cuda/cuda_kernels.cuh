@@ -108,8 +108,8 @@ struct attn_args {
 };
 #define CK_ATT_MAX_SPLIT 128
 
-/* Splits of a decode attention over n_rows rows: enough blocks for two per SM, at most CK_ATT_MAX_SPLIT and
- * no more than n_ctx / 16. */
+/* Splits of a decode attention over n_rows rows: enough blocks for two per SM, at most 32 and no more than
+ * n_ctx / 16. */
 int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */
