@@ -247,8 +247,8 @@ TEST(batch_errors_name_the_row_and_change_nothing) {
 #define CSEQ 10
 #define CSTEPS 24
 
-/* The rows of step g: all ten sequences (a GEMM bucket), nine of them (the same bucket with a padding row),
- * three (the multi-row matvecs), one. */
+/* The rows of step g: all ten sequences (bucket 10), nine of them (bucket 10 with a padding row), three
+ * (bucket 4 with a padding row), one (the one-row matvec graph). */
 static int active_of(int g, int *seqs) {
     static const int sets[4][CSEQ] = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {9, 0, 2, 4, 6, 8, 1, 3, 5}, {4, 0, 2}, {7}};
     static const int sizes[4] = {10, 9, 3, 1};
@@ -256,8 +256,8 @@ static int active_of(int g, int *seqs) {
     return sizes[g % 4];
 }
 
-/* Ten sequences on CUDA (buckets 1..8 on the matvecs, 10 on the GEMMs), prefilled, then CSTEPS steps of
- * changing subsets (with a padding row); each sequence alone in a one-sequence CUDA session, fed the same ids, gives logits with cosine >=
+/* Ten sequences on CUDA (buckets 1, 2, 4, 8, 10), prefilled, then CSTEPS steps of changing subsets (with
+ * padding rows); each sequence alone in a one-sequence CUDA session, fed the same ids, gives logits with cosine >=
  * 0.9999 at every step and the same greedy ids (a difference is accepted only at a near-tie of the alone run:
  * top-2 gap < 1e-3 of the logits' range). */
 static void cuda_rows_equal_alone(const char *rel) {
@@ -338,7 +338,7 @@ TEST(batch_cuda_gates_every_bucket_nothing_allocated_loaded_or_captured) {
     if (!test_gpu_ready()) return;
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared(MODELS[1]), &m));
-    enum { NS = 12 }; /* buckets 1..8 (matvecs), 12 (GEMMs; 9..11 rows padded) */
+    enum { NS = 12 }; /* buckets 1, 2, 4, 8, 12: 3, 5..7, 9..11 rows padded */
     kiln_session *s;
     REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .max_batch = 32, .n_seq = NS,
                                                              .device = KILN_DEVICE_CUDA}, &s));
