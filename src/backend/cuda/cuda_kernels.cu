@@ -426,7 +426,7 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
 
 int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
     const int blocks = ((w.out + GB_N - 1) / GB_N) * ((n_tok + GB_M - 1) / GB_M), n_kt = (w.in + GB_K - 1) / GB_K;
-    int ks = (4 * n_sm + blocks - 1) / blocks; /* four blocks per SM: more weight loads in flight */
+    int ks = (2 * n_sm + blocks - 1) / blocks; /* two blocks per SM */
     if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k tiles per block */
     if (ks > 16) ks = 16;
     return ks < 1 ? 1 : ks;
