@@ -2,7 +2,8 @@
  * test_batch.c — many sequences in one session (kiln_batch, kiln_seq_*): a sequence's logits inside a
  * mixed batch equal its logits alone bit for bit, greedy ids of four prompts in one batch equal each alone
  * (and llama.cpp's where a reference exists), every error names its row and changes nothing, a prefill
- * whose later chunk fails leaves the sequence as it was, and the first-call gate over batch calls.
+ * whose later chunk fails leaves the sequence as it was, and the first-call gate over batch calls; on CUDA
+ * (skipped without a GPU) decode steps of many sequences against each alone and the gate over every bucket.
  */
 #include "test.h"
 

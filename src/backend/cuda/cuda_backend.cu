@@ -1,19 +1,20 @@
 /*
  * cuda_backend.cu — the CUDA backend (backend.h) and the facts behind `kiln info`.
  *
- * Open does everything once: context, one device arena (weights + F16 KV cache for n_ctx + activations
- * + logits), the upload of every weight from the map through a pinned double-buffered staging area
- * (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture
- * of the decode step as one CUDA graph per sequence (each appends to its sequence's cache) that reads the
- * token id and position from device memory, and a device warm pass. After open nothing is allocated,
- * loaded or captured.
+ * Open does everything once: context, one device arena (weights + F16 KV cache of n_ctx positions per sequence
+ * + activations + logits), the upload of every weight from the map through a pinned double-buffered staging
+ * area (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture of
+ * the decode step as one CUDA graph per bucket of rows (1, 2, 4, ... up to min(n_seq, max_batch)), and a
+ * device warm pass that replays every graph. After open nothing is allocated, loaded or captured.
  *
- * Decode (one row): one graph replay (host->device copy of id/pos, the kernels, device->host copy of the
- * argmax); logits come back only when asked for. The graph holds the decode kernels one by one, chained
- * by programmatic dependent launch (sm_90+). Any other batch (a prefill, rows
- * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
- * GEMMs over all rows, causal attention per run of one sequence's rows. The test entry points are in
- * cuda_testing.cu (test binaries only).
+ * A decode step (rows of distinct sequences): its rows (id, sequence, position; padding rows at position -1
+ * up to the bucket) in one host->device copy, the bucket's graph (one row: matvecs with fused epilogues; more:
+ * split-K tensor-core GEMMs over all rows; attention in one launch over all rows), the output stage
+ * (launch_outputs: logits and the argmax of every row, one copy back), logits copied for the rows that ask.
+ * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
+ * one sequence): the same kernels launched eagerly (all loaded and warmed at open), attention per run of one
+ * sequence's rows, the same output stage over the output rows. The test entry points are in cuda_testing.cu
+ * (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
