@@ -631,30 +631,29 @@ TEST(cuda_pdl_on_off_bit_identical) {
 }
 
 /* The first-call contract: after kiln_session_open, a prefill and 32 decode steps allocate nothing on the
- * host or the device, load no module and capture no graph. */
-TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
-    if (!gpu_ready()) return;
+ * host or the device, load no module and capture no graph: for a dense model and for a MoE one (the routing
+ * and expert kernels in the prefill and in the decode graph). */
+static void gates_after_open(const char *rel) {
     kiln_model *m;
-    REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
-    {
-        kiln_session *s;
-        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA}, &s));
-        CHECK_STR(kiln_session_backend(s), "cuda");
-        int32_t prompt[13] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
-        const uint64_t heap0 = test_heap_calls();
-        const float *logits;
-        REQUIRE_OK(kiln_prefill(s, prompt, 13, &logits));
-        int32_t tok = test_argmax(logits, m->hp.n_vocab);
-        for (int i = 0; i < 16; i++) {
-            REQUIRE_OK(kiln_decode(s, tok, &logits));
-            tok = test_argmax(logits, m->hp.n_vocab);
+    REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
+    kiln_session *s;
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 256, .device = KILN_DEVICE_CUDA}, &s));
+    CHECK_STR(kiln_session_backend(s), "cuda");
+    int32_t prompt[13] = {1, 147, 201, 282, 215, 286, 598, 1662, 356, 499, 826, 1363, 1145};
+    const uint64_t heap0 = test_heap_calls();
+    const float *logits;
+    REQUIRE_OK(kiln_prefill(s, prompt, 13, &logits));
+    int32_t tok = test_argmax(logits, m->hp.n_vocab);
+    for (int i = 0; i < 16; i++) {
+        REQUIRE_OK(kiln_decode(s, tok, &logits));
+        tok = test_argmax(logits, m->hp.n_vocab);
     }
     for (int i = 0; i < 16; i++) REQUIRE_OK(kiln_decode_greedy(s, tok, &tok));
     const uint64_t heap = test_heap_calls() - heap0;
     kiln_stats st;
     kiln_session_stats(s, &st);
-    printf("  after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
-           "malloc calls in the process %llu\n",
+    printf("  %s after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
+           "malloc calls in the process %llu\n", rel,
            (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
            (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures,
            (unsigned long long)st.jit_compiles, (unsigned long long)heap);
@@ -666,8 +665,13 @@ TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
     CHECK_EQ_INT(heap, 0);
     CHECK_EQ_INT(st.tokens_decoded, 32);
     kiln_session_close(s);
-    }
     kiln_model_close(m);
+}
+
+TEST(cuda_gates_nothing_allocated_loaded_or_captured_after_open) {
+    if (!gpu_ready()) return;
+    gates_after_open("models/tinystories-656K/TinyStories-656K-Q8_0.gguf");
+    gates_after_open("models/archs/tiny-qwen3moe.gguf");
 }
 
 /* The open phases of the CUDA backend are reported once each. */

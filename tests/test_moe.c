@@ -4,6 +4,8 @@
  * each chosen expert's SwiGLU mixed by its weight), on random inputs with experts stored in several
  * quantization types (the reference uses the dequantized weights); a row's output in a batch equals its
  * output alone, bit for bit; experts no row chose are never read (poisoned with NaN they change nothing).
+ * The CUDA MoE kernels (backend/cuda/cuda_moe.cu: RMSNorm, router, softmax / top-k / renormalization on the
+ * device, the chosen experts' SwiGLU) against the same reference, with ties and without renormalization.
  */
 #include "test.h"
 
@@ -15,6 +17,7 @@
 #include "backend/cpu/cpu_moe.h"
 #include "base/pool.h"
 #include "formats/formats.h"
+#include "test_gpu.h"
 
 enum { E = 256, F = 256, NX = 8, K = 3, NB = 13 };
 
@@ -72,9 +75,10 @@ static void free_case(moe_case *c) {
     free(c->gate), free(c->up), free(c->down), free(c->gate_f), free(c->up_f), free(c->down_f);
 }
 
-/* The reference: one row in double precision. ids receives the chosen experts; returns the gap between
- * the k-th and the (k+1)-th router logit (a near tie would make the test's routing fragile). */
-static double ref_row(const moe_case *c, const float *x, double *out, int *ids) {
+/* The reference: one row in double precision, the chosen weights renormalized when norm. ids receives the
+ * chosen experts, w (may be NULL) their weights; returns the gap between the k-th and the (k+1)-th router
+ * logit (a near tie would make the test's routing fragile). */
+static double ref_row_w(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout) {
     double p[NX], mx = -1e300, sum = 0;
     for (int e = 0; e < NX; e++) {
         p[e] = 0;
@@ -107,11 +111,14 @@ static double ref_row(const moe_case *c, const float *x, double *out, int *ids) 
         for (int r = 0; r < E; r++) {
             double y = 0;
             for (int i = 0; i < F; i++) y += (double)D[r * F + i] * h[i];
-            out[r] += w[j] / wsum * y;
+            out[r] += (norm ? w[j] / wsum : w[j]) * y;
         }
+        if (wout) wout[j] = norm ? w[j] / wsum : w[j];
     }
     return log(p[ids[K - 1]] / next);
 }
+
+static double ref_row(const moe_case *c, const float *x, double *out, int *ids) { return ref_row_w(c, x, true, out, ids, NULL); }
 
 /* cpu_moe_ffn over rows x (B of them) into out, with its own buffers. */
 static void run_moe(kiln_pool *pool, moe_case *c, const float *x, int B, float *out, uint64_t *bytes_read) {
@@ -243,3 +250,107 @@ TEST(cpu_moe_route_topk_ties_and_norm) {
     CHECK(ids[0] == 1 && ids[1] == 3);
     CHECKF(fabs(w[0] - exp(5.0) / (exp(5.0) + exp(4.0))) < 1e-6, "normalized %g", w[0]);
 }
+
+/* ---- the CUDA kernels */
+
+#ifdef KILN_HAVE_CUDA
+/* RMSNorm(x) * w (eps 1e-6) in float, as the reference's input. */
+static void rmsnorm_f(const float *x, const float *w, float *out) {
+    double ss = 0;
+    for (int i = 0; i < E; i++) ss += (double)x[i] * x[i];
+    const double sc = 1.0 / sqrt(ss / E + 1e-6);
+    for (int i = 0; i < E; i++) out[i] = (float)(x[i] * sc * w[i]);
+}
+
+/* The device's routing and output of NB rows against the reference: same experts in the same order, weights
+ * and outputs within float rounding, probabilities summing to 1. */
+static void cuda_moe_case(moe_case *c, bool norm, uint64_t seed, double tol) {
+    static float x[NB * E], y[NB * E], probs[NB * NX], wts[NB * K], xn[E], nw[E];
+    int32_t ids[NB * K];
+    uint64_t rng = seed;
+    for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
+    for (int i = 0; i < E; i++) nw[i] = 1.0f + 0.2f * test_rand_normal(&rng);
+    CHECK_OK(kiln_cuda_test_moe(c->type, E, F, NX, K, norm, c->router, c->gate, c->up, c->down, nw, 1e-6f, x, NB, probs,
+                                ids, wts, y));
+    const char *tn = kiln_type_get(c->type)->name;
+    double worst = 0;
+    for (int t = 0; t < NB; t++) {
+        double ref[E], rw[K], psum = 0;
+        int rid[K];
+        rmsnorm_f(x + t * E, nw, xn);
+        const double gap = ref_row_w(c, xn, norm, ref, rid, rw);
+        CHECKF(gap > 1e-4, "%s row %d: the test data has a near tie (logit gap %g)", tn, t, gap);
+        for (int e = 0; e < NX; e++) psum += probs[t * NX + e];
+        CHECKF(fabs(psum - 1) < 1e-5, "%s row %d: probabilities sum to %.7f", tn, t, psum);
+        for (int j = 0; j < K; j++) {
+            CHECKF(ids[t * K + j] == rid[j], "%s norm=%d row %d slot %d: expert %d, reference %d", tn, norm, t, j,
+                   ids[t * K + j], rid[j]);
+            CHECKF(fabs(wts[t * K + j] - rw[j]) < 1e-5, "%s norm=%d row %d slot %d: weight %.7f, reference %.7f", tn, norm,
+                   t, j, wts[t * K + j], rw[j]);
+        }
+        float got[E];
+        for (int i = 0; i < E; i++) got[i] = y[t * E + i] - x[t * E + i];
+        const double err = rel_err(got, ref, E);
+        worst = err > worst ? err : worst;
+        CHECKF(err <= tol, "%s norm=%d row %d: relative error %.3g > %.3g", tn, norm, t, err, tol);
+    }
+    printf("  cuda %-5s norm=%d: worst relative error %.2e over %d rows\n", tn, (int)norm, worst, NB);
+}
+
+TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
+    if (!test_gpu_ready()) return;
+    kiln_formats_init();
+    /* the device reads the exact dequantized weights and keeps the activations in float */
+    static const uint32_t types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0,
+                                     KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static moe_case c;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        make_case(&c, types[ti], 3000 + ti);
+        cuda_moe_case(&c, true, 91 + ti, 1e-4);
+        if (types[ti] == KILN_TYPE_Q4_K) cuda_moe_case(&c, false, 191, 1e-4);
+        free_case(&c);
+    }
+}
+
+/* Ties on the device: experts 1, 2 and 4 with the same router row (the row's largest logit) are chosen in id
+ * order with a third of the weight each; and experts no row chose are never read (NaN bytes change nothing). */
+TEST(cuda_moe_ties_and_only_chosen_experts_read) {
+    if (!test_gpu_ready()) return;
+    kiln_formats_init();
+    static moe_case c;
+    static float x[NB * E], y[NB * E], y2[NB * E], probs[NB * NX], wts[NB * K], nw[E];
+    int32_t ids[NB * K];
+    make_case(&c, KILN_TYPE_Q4_K, 4242);
+    uint64_t rng = 17;
+    for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
+    for (int i = 0; i < E; i++) nw[i] = 1.0f;
+    /* one row: router rows 1, 2, 4 = x, the others = -x / 4 */
+    for (int e = 0; e < NX; e++)
+        for (int i = 0; i < E; i++) c.router[e * E + i] = (e == 1 || e == 2 || e == 4) ? 0.01f * x[i] : -0.0025f * x[i];
+    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 1, probs, ids,
+                                wts, y));
+    CHECKF(ids[0] == 1 && ids[1] == 2 && ids[2] == 4, "tie: experts %d %d %d, want 1 2 4", ids[0], ids[1], ids[2]);
+    for (int j = 0; j < K; j++) CHECKF(fabsf(wts[j] - 1.0f / 3) < 1e-6f, "tie: weight %d = %.7f", j, wts[j]);
+    /* NB rows of random routing; then every expert no row chose poisoned */
+    free_case(&c);
+    make_case(&c, KILN_TYPE_Q4_K, 4343);
+    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2, probs, ids,
+                                wts, y));
+    bool chosen[NX] = {0};
+    for (int i = 0; i < 2 * K; i++) chosen[ids[i]] = true;
+    const size_t gate_mb = c.w_gate.nbytes / NX, down_mb = c.w_down.nbytes / NX;
+    int n_poisoned = 0;
+    for (int e = 0; e < NX; e++) {
+        if (chosen[e]) continue;
+        memset(c.gate + e * gate_mb, 0xff, gate_mb);
+        memset(c.up + e * gate_mb, 0xff, gate_mb);
+        memset(c.down + e * down_mb, 0xff, down_mb);
+        n_poisoned++;
+    }
+    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2, probs, ids,
+                                wts, y2));
+    CHECKF(n_poisoned > 0 && !memcmp(y, y2, sizeof(float) * 2 * E), "an expert no row chose changed the output (%d poisoned)",
+           n_poisoned);
+    free_case(&c);
+}
+#endif

@@ -2,7 +2,9 @@
 # With nvcc and sources: builds one fatbinary (which machine code: CUDA_ARCHS below), and defines CU_OBJ,
 # CUDA_DEFS, CUDA_LDLIBS and the targets
 #   make test-cuda    GPU tests (non-ASan binary build/cuda/kiln_tests_cuda; they skip without a GPU)
-#   make bench-cuda   the H200 benchmarks of bench/cuda_bench.sh
+#   make bench-cuda   the H200 benchmarks of bench/cuda_bench.sh, then the decode budget (bench/cuda_budget.sh)
+#   make budget-cuda  only the decode budget: per-kernel ncu table of one decode step
+#   make defects-cuda each CUPTI first-call gate shown red on its deliberate defect (tests/defects/)
 # Without nvcc it defines nothing and prints one line.
 ifneq ($(strip $(NVCC)),)
 ifneq ($(strip $(CU_SRC)),)
@@ -71,23 +73,53 @@ build/cuda/%.o: %.cu $(wildcard src/backend/cuda/*.cuh) $(wildcard src/backend/c
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # ---- GPU tests: the same tests/*.c without ASan (the CUDA driver and ASan do not mix)
+# CUPTI for the first-call gates counted from outside kiln (tests/cuda/cupti_gate.c, tests/test_cuda_gates.c):
+# linked into build/cuda/kiln_tests_cuda only, found beside nvcc like libcudart_static; without it the test
+# binary is built without those gates (one line says so) and their test skips with the reason
+CUPTI_LIB := $(firstword $(wildcard $(CUDA_TOP)/extras/CUPTI/lib64/libcupti.so $(CUDA_TOP)/lib64/libcupti.so \
+               $(CUDA_TOP)/targets/*/lib/libcupti.so $(CUDA_LIBDIR)/libcupti.so))
+CUPTI_HDR := $(firstword $(wildcard $(CUDA_TOP)/extras/CUPTI/include/cupti.h $(CUDA_TOP)/include/cupti.h \
+               $(CUDA_TOP)/targets/*/include/cupti.h))
+CUDA_HDR := $(firstword $(wildcard $(CUDA_TOP)/include/cuda_runtime_api.h $(CUDA_TOP)/targets/*/include/cuda_runtime_api.h))
+ifneq ($(and $(CUPTI_LIB),$(CUPTI_HDR),$(CUDA_HDR)),)
+CUPTI_LIBDIR := $(patsubst %/,%,$(dir $(CUPTI_LIB)))
+CUPTI_DEFS := -DKILN_HAVE_CUPTI
+CUPTI_OBJ := build/cudatest/tests/cuda/cupti_gate.o
+CUPTI_LDLIBS := -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti -ldl
+$(CUPTI_OBJ): tests/cuda/cupti_gate.c tests/cuda/cupti_gate.h
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_CFLAGS) -Itests -isystem $(dir $(CUPTI_HDR)) -isystem $(dir $(CUDA_HDR)) -c $< -o $@
+else
+$(info kiln: libcupti.so / cupti.h not found beside $(NVCC): build/cuda/kiln_tests_cuda is built without the CUPTI first-call gates)
+endif
 CUDA_TEST_OBJ := $(TEST_SRC:%.c=build/cudatest/%.o)
 CUDA_TEST_LIB := $(LIB_SRC:%.c=build/rel/%.o) $(TOOLS_SRC:%.c=build/rel/%.o) \
                  $(filter-out build/rel/src/cli/main.o,$(CLI_SRC:%.c=build/rel/%.o))
 
 build/cudatest/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) $(isa_flags) -c $< -o $@
+	$(CC) $(REL_CFLAGS) $(CUDA_DEFS) $(CUPTI_DEFS) -Itests $(isa_flags) -c $< -o $@
 
-build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ) $(CU_TESTING_OBJ)
-	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
+build/cuda/kiln_tests_cuda: $(CUDA_TEST_OBJ) $(CUDA_TEST_LIB) $(CU_OBJ) $(CU_TESTING_OBJ) $(CUPTI_OBJ)
+	$(CC) -pthread $(TEST_WRAP) -o $@ $^ $(CUDA_LDLIBS) $(CUPTI_LDLIBS) $(LDLIBS) $(EDIT_LDLIBS) $(CLI_LDLIBS) -lutil
 
-.PHONY: test-cuda bench-cuda
+.PHONY: test-cuda bench-cuda budget-cuda defects-cuda
+# (the CUPTI gates, tests/test_cuda_gates.c, are among the "cuda" tests)
 test-cuda: build/cuda/kiln_tests_cuda kiln
 	@KILN_SHARED=$(KILN_SHARED) KILN_BIN=./kiln KILN_REL_BIN=./kiln build/cuda/kiln_tests_cuda cuda
 
 bench-cuda: kiln
 	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_bench.sh
+	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_budget.sh
+
+# the per-kernel budget of one decode step (ncu): smollm2-135m Q8_0 at context 512 unless MODEL_BUDGET=file.gguf
+# and / or CTX=n are given
+budget-cuda: kiln
+	@KILN_SHARED=$(KILN_SHARED) sh bench/cuda_budget.sh "$(MODEL_BUDGET)" "$(CTX)"
+
+# each CUPTI gate red on its deliberate defect (tests/defects/*.patch, applied to scratch copies in /tmp)
+defects-cuda:
+	@KILN_SHARED=$(KILN_SHARED) sh tests/defects/demo.sh CUDA_ARCHS="$(CUDA_ARCHS)" EDIT_LDLIBS="$(EDIT_LDLIBS)"
 
 else
 $(info kiln: $(NVCC) found but not libcudart_static.a beside it, building without CUDA)

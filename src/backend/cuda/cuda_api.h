@@ -123,6 +123,14 @@ typedef struct kiln_cuda_mv_bench {
     uint64_t hash;             /* out */
 } kiln_cuda_mv_bench;
 kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
+/* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
+ * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
+ * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
+ * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+                               const float *router, const void *gate, const void *up, const void *down,
+                               const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
+                               float *wts, float *y);
 
 #endif /* KILN_HAVE_CUDA */
 

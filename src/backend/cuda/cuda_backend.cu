@@ -13,8 +13,9 @@
  * (launch_outputs: logits and the argmax of every row, one copy back), logits copied for the rows that ask.
  * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
  * one sequence): the same kernels launched eagerly (all loaded and warmed at open), attention per run of one
- * sequence's rows, the same output stage over the output rows. The test entry points are in cuda_testing.cu
- * (test binaries only).
+ * sequence's rows, the same output stage over the output rows. A mixture-of-experts layer's feed-forward
+ * (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in every path. The test entry
+ * points are in cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -64,6 +66,7 @@ typedef struct cu_layer {
     bool qkv_fused, gu_dual;
     float *attn_norm, *ffn_norm;
     float *bqkv, *q_norm, *k_norm;   /* Q|K|V biases, per-head Q/K RMSNorm weights; NULL when absent */
+    moe_layer moe;                   /* a MoE layer (moe.n_expert > 0): wg/wu/wd hold every expert's rows */
 } cu_layer;
 
 typedef struct cuda_state {
@@ -112,6 +115,7 @@ typedef struct cuda_state {
     int *arg_idx, *arg_rows, *rows, *ids;  /* rows: ids | seqs | positions of a decode step (max_step each) */
     unsigned *counter, *att_counters;
     int max_mv_blocks;
+    moe_scratch moe;   /* the MoE layers' routing and expert buffers (cuda_moe.cuh) */
 
     /* pinned host memory */
     uint8_t *pinned;
@@ -304,6 +308,34 @@ static dev_weight sub_rows(dev_weight w, int r0, int n) {
     return w;
 }
 
+/* The feed-forward matrices of a layer as the device holds them: dense, or (MoE) each 3-D expert tensor as one
+ * matrix of n_expert * rows rows. */
+static void ffn_matrices(const kiln_layer *L, kiln_weight *g, kiln_weight *u, kiln_weight *d) {
+    const bool moe = L->ffn_gate_exps.data != NULL;
+    *g = moe ? cm_flat(&L->ffn_gate_exps) : L->w_gate;
+    *u = moe ? cm_flat(&L->ffn_up_exps) : L->w_up;
+    *d = moe ? cm_flat(&L->ffn_down_exps) : L->w_down;
+}
+
+/* A MoE layer's router and experts (placed in D) for cuda_moe; gate and up of different types are both held
+ * as F16 (the expert kernel reads them with one type). */
+static kiln_status plan_moe(cuda_state *s, const kiln_layer *L, cu_layer *D, uint8_t *base, size_t *off, uint32_t *tg,
+                            uint32_t *tu) {
+    const kiln_hparams *hp = &s->m->hp;
+    memset(&D->moe, 0, sizeof D->moe);
+    if (!L->ffn_gate_exps.data) return KILN_OK;
+    if (*tg != *tu) {
+        if (base) s->n_converted += 2;
+        *tg = *tu = CK_F16;
+    }
+    uint32_t tr;
+    KILN_TRY(dev_type_of(s, &L->ffn_gate_inp, base != NULL, &tr));
+    D->moe.router = place_matrix(base, off, tr, (int)L->ffn_gate_inp.ne[0], (int)L->ffn_gate_inp.ne[1]);
+    D->moe.n_expert = hp->n_expert, D->moe.n_used = hp->n_expert_used, D->moe.n_ff = hp->n_ff_exp;
+    D->moe.norm_topk = hp->moe_norm_topk;
+    return KILN_OK;
+}
+
 static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
     const kiln_model *m = s->m;
     const kiln_hparams *hp = &m->hp;
@@ -322,13 +354,16 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
         const kiln_layer *L = &m->layers[il];
         cu_layer *D = &s->layers[il];
         uint32_t tq, tk, tv, to, tg, tu, td;
+        kiln_weight wg, wu, wd;
+        ffn_matrices(L, &wg, &wu, &wd);
         KILN_TRY(dev_type_of(s, &L->wq, count, &tq));
         KILN_TRY(dev_type_of(s, &L->wk, count, &tk));
         KILN_TRY(dev_type_of(s, &L->wv, count, &tv));
         KILN_TRY(dev_type_of(s, &L->wo, count, &to));
-        KILN_TRY(dev_type_of(s, &L->w_gate, count, &tg));
-        KILN_TRY(dev_type_of(s, &L->w_up, count, &tu));
-        KILN_TRY(dev_type_of(s, &L->w_down, count, &td));
+        KILN_TRY(dev_type_of(s, &wg, count, &tg));
+        KILN_TRY(dev_type_of(s, &wu, count, &tu));
+        KILN_TRY(dev_type_of(s, &wd, count, &td));
+        KILN_TRY(plan_moe(s, L, D, base, off, &tg, &tu));
         const int E = (int)L->wq.ne[0], nq = (int)L->wq.ne[1], nk = (int)L->wk.ne[1], nv = (int)L->wv.ne[1];
         D->qkv_fused = tq == tk && tq == tv;
         if (D->qkv_fused) {
@@ -342,12 +377,13 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
             D->wv = place_matrix(base, off, tv, E, nv);
         }
         D->wo = place_matrix(base, off, to, (int)L->wo.ne[0], (int)L->wo.ne[1]);
-        D->wg = place_matrix(base, off, tg, (int)L->w_gate.ne[0], (int)L->w_gate.ne[1]);
-        D->wu = place_matrix(base, off, tu, (int)L->w_up.ne[0], (int)L->w_up.ne[1]);
+        D->wg = place_matrix(base, off, tg, (int)wg.ne[0], (int)wg.ne[1]);
+        D->wu = place_matrix(base, off, tu, (int)wu.ne[0], (int)wu.ne[1]);
         D->gu_dual = tg == tu;
-        D->wd = place_matrix(base, off, td, (int)L->w_down.ne[0], (int)L->w_down.ne[1]);
+        D->wd = place_matrix(base, off, td, (int)wd.ne[0], (int)wd.ne[1]);
         D->attn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
         D->ffn_norm = (float *)carve(base, off, (size_t)hp->n_embd * 4);
+        D->moe.gate = D->wg, D->moe.up = D->wu, D->moe.down = D->wd, D->moe.norm_w = D->ffn_norm;
         D->bqkv = L->bq.data ? (float *)carve(base, off, (size_t)(nq + nk + nv) * 4) : NULL;
         D->q_norm = L->q_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
         D->k_norm = L->k_norm.data ? (float *)carve(base, off, (size_t)hp->head_dim * 4) : NULL;
@@ -377,6 +413,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->xh = (__half *)carve(base, off, B * s->Epad * 2);
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
+    cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, base, off);
     s->part = (float *)carve(base, off, n_part * hp->n_head * (hp->head_dim + 2) * 4);
     s->attn_f = (float *)carve(base, off, (size_t)s->mv_rows * s->Q * 4);
     s->att_counters = (unsigned *)carve(base, off, M * hp->n_head_kv * 4);
@@ -558,6 +595,10 @@ static void launch_decode(cuda_state *s, int b) {
         if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
         ck_attn_decode(step_attn(s, il, b), R, st);
         launch_mv(s, dec_residual(s, L->wo, s->attn_f, R));
+        if (L->moe.n_expert) { /* routing and experts on the device (cuda_moe.cu) */
+            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, R, s->pdl, st);
+            continue;
+        }
         if (L->gu_dual) {
             launch_mv(s, dec_gate_up(s, il, R));
         } else {
@@ -597,10 +638,15 @@ static void qkv_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
     }
 }
 
-/* x += O(atth), then x += down(SwiGLU(gate, up)(RMSNorm(x))) for n rows. */
+/* x += O(atth), then x += down(SwiGLU(gate, up)(RMSNorm(x))) for n rows (a MoE layer: each row's chosen
+ * experts, cuda_moe.cu). */
 static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
     cudaStream_t st = s->stream;
     gemm(s, L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, split);
+    if (L->moe.n_expert) {
+        cm_ffn(L->moe, s->moe, s->x, s->E, s->m->hp.rms_eps, n, s->pdl, st);
+        return;
+    }
     ck_rmsnorm_rows(s->x, NULL, L->ffn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, st);
     gemm(s, L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, split);
     gemm(s, L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, split);
@@ -715,10 +761,6 @@ static void cuda_close(void *state) {
 
 static kiln_status check_model(const kiln_model *m, const kiln_backend_config *cfg) {
     const kiln_hparams *hp = &m->hp;
-    if (hp->n_expert)
-        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: architecture %s has mixture-of-experts layers (%d experts, %d "
-                         "used), which the CUDA backend does not run yet (use --device cpu)", hp->arch, hp->n_expert,
-                         hp->n_expert_used);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_head / hp->n_head_kv > CK_ATT_MAX_G)
         return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (at most %d per group)", hp->n_head,
                          hp->n_head_kv, CK_ATT_MAX_G);
@@ -869,8 +911,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->max_mv_blocks = s->n_sm * 4;
         s->layers = (cu_layer *)kiln_calloc((size_t)hp->n_layer, sizeof(cu_layer));
         s->seen = (uint8_t *)kiln_calloc((size_t)cfg->n_seq, 1);
-        s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)(hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd) * 2 +
-                                           sizeof(float) * (size_t)hp->n_vocab);
+        int widest_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+        widest_row = hp->n_ff_exp > widest_row ? hp->n_ff_exp : widest_row;
+        s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)widest_row * 2 + sizeof(float) * (size_t)hp->n_vocab);
         if (!s->layers || !s->conv_tmp || !s->seen) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory"));
         size_t off = 0;
         OPEN_TRY(plan_weights(s, NULL, &off));
@@ -929,9 +972,12 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
                 OPEN_TRY(upload_matrix(s, &L->wv, &D->wv, 0));
             }
             OPEN_TRY(upload_matrix(s, &L->wo, &D->wo, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_gate, &D->wg, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_up, &D->wu, 0));
-            OPEN_TRY(upload_matrix(s, &L->w_down, &D->wd, 0));
+            kiln_weight wg, wu, wd;
+            ffn_matrices(L, &wg, &wu, &wd);
+            OPEN_TRY(upload_matrix(s, &wg, &D->wg, 0));
+            OPEN_TRY(upload_matrix(s, &wu, &D->wu, 0));
+            OPEN_TRY(upload_matrix(s, &wd, &D->wd, 0));
+            if (D->moe.n_expert) OPEN_TRY(upload_matrix(s, &L->ffn_gate_inp, &D->moe.router, 0));
             OPEN_TRY(upload_vector(s, &L->attn_norm, D->attn_norm));
             OPEN_TRY(upload_vector(s, &L->ffn_norm, D->ffn_norm));
             if (D->bqkv) {
@@ -971,6 +1017,13 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             kiln_count_module_load();
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, ck_kernel_name(i)));
         }
+        for (int i = 0; i < cm_kernel_count(); i++, s->n_kernels++) { /* the MoE kernels (cuda_moe.cu) */
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, cm_kernel_at(i));
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, cm_kernel_name(i)));
+        }
+        OPEN_CU(cm_setup(cm_dims(m)), "MoE kernels' shared memory");
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
         const size_t smem = ck_matvec_smem_rows(widest > s->Q ? widest : s->Q, s->mv_rows);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");

@@ -1,6 +1,6 @@
 /*
  * cuda_testing.cu — single kernels run on test data for the GPU tests (kiln_cuda_test_* in cuda_api.h): a
- * matvec, a GEMM, attention. Linked into the test binaries only, never into libkiln.
+ * matvec, a GEMM, attention, the MoE feed-forward. Linked into the test binaries only, never into libkiln.
  */
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_moe.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 #include "base/alloc.h"
@@ -513,5 +514,42 @@ extern "C" kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb) {
     if (st == KILN_OK) st = bench_time(&c, mb->n_launch, mb->reps, &mb->us);
     ck_set_pdl(false);
     tb_free(&c.b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+                                          const float *router, const void *gate, const void *up, const void *down,
+                                          const float *norm_w, float eps, const float *x, int n, float *probs,
+                                          int32_t *ids, float *wts, float *y) {
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    moe_layer L;
+    memset(&L, 0, sizeof L);
+    if (st == KILN_OK) st = tb_weight(&b, KILN_TYPE_F32, router, n_embd, n_expert, &L.router);
+    if (st == KILN_OK) st = tb_weight(&b, type, gate, n_embd, n_expert * n_ff, &L.gate);
+    if (st == KILN_OK) st = tb_weight(&b, type, up, n_embd, n_expert * n_ff, &L.up);
+    if (st == KILN_OK) st = tb_weight(&b, type, down, n_ff, n_expert * n_embd, &L.down);
+    const moe_dims d = {n_embd, n_expert, k, n_ff};
+    if (st == KILN_OK && cm_setup(d) != cudaSuccess) st = kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: MoE shape");
+    if (st == KILN_OK) {
+        L.norm_w = (const float *)tb_alloc(&b, (size_t)n_embd * 4, norm_w);
+        L.n_expert = n_expert, L.n_used = k, L.n_ff = n_ff, L.norm_topk = norm_topk;
+        float *dx = (float *)tb_alloc(&b, (size_t)n * n_embd * 4, x);
+        moe_scratch ms;
+        size_t bytes = 0;
+        cm_plan_scratch(&ms, d, n, NULL, &bytes);
+        uint8_t *base = (uint8_t *)tb_alloc(&b, bytes, NULL);
+        if (!L.norm_w || !dx || !base) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+        if (st == KILN_OK) {
+            bytes = 0;
+            cm_plan_scratch(&ms, d, n, base, &bytes);
+            cm_ffn(L, ms, dx, n_embd, eps, n, false, b.st);
+            st = tb_finish(&b, y, dx, (size_t)n * n_embd * 4);
+        }
+        if (st == KILN_OK) st = tb_finish(&b, probs, ms.probs, (size_t)n * n_expert * 4);
+        if (st == KILN_OK) st = tb_finish(&b, ids, ms.ids, (size_t)n * k * 4);
+        if (st == KILN_OK) st = tb_finish(&b, wts, ms.wts, (size_t)n * k * 4);
+    }
+    tb_free(&b);
     return st;
 }

@@ -1,0 +1,368 @@
+/*
+ * cuda_moe.cu — the mixture-of-experts feed-forward on the CUDA backend (see cuda_moe.cuh): three kernels per
+ * layer over all rows of a call, each templated on the weight type (every type the dense kernels read):
+ *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts), the router matvec (one warp per
+ *                     expert); the last block of a row to finish does softmax, top-k and renormalization
+ *   k_moe_gate_up<T>  one warp per (chosen slot, hidden row): silu(gate . xn) * (up . xn), the expert's rows
+ *                     found from the id in device memory
+ *   k_moe_down<T>     one warp per output row: sum over the chosen slots of weight * (down row . h), added to
+ *                     the residual
+ * Inputs are staged in shared memory in the matvec's transposed layout (value i of unit u at i * nup + u, nup
+ * odd: the lanes of a warp reading value i of 32 consecutive units hit 32 banks).
+ */
+#include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_device.cuh"
+
+#include <string.h>
+
+#include <utility>
+
+#define MOE_THREADS 256
+#define MOE_WARPS (MOE_THREADS / 32)
+#define MOE_MAX_EXPERT 512 /* the model layer's limit (llama.cpp's LLAMA_MAX_EXPERTS) */
+#define MOE_MAX_USED 64
+/* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
+#define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
+
+/* The arguments of the three kernels (w0: router / gate / down, w1: up). */
+struct moe_args {
+    dev_weight w0, w1;
+    const float *x;       /* (rows, E) the residual stream: the route kernel's input */
+    float *xres;          /* (rows, E) the same rows: the down kernel adds to them */
+    const float *norm_w;
+    float eps;
+    int E, n_expert, k, F;
+    int norm_topk;
+    float *xn, *probs, *wts, *h;
+    int *ids;
+    unsigned *counter;
+};
+
+static __device__ __forceinline__ int xs_at(int k, int nup) { return (k & 15) * nup + (k >> 4); }
+
+/* Floats of xs the transposed layout of n values needs. */
+static inline __host__ __device__ int xs_floats(int n) { return 16 * (((n + 15) >> 4) | 1); }
+
+static __device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+/* This lane's share of dot products against the input staged in xs (stride nup): units t = lane, lane + 32, ...
+ * < n_units, unit t being unit uw of row `row` of w0 (and, DUAL, of the same row of w1), its product scaled by
+ * wt, as map(t, row, uw, wt) says. UN units of each matrix in flight per lane, every load unconditional (t
+ * clamped to a valid unit, the result dropped). acc0 / acc1 are added to, not reduced. */
+template <int T, bool DUAL, class Map>
+static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
+                                                 int n_units, int lane, Map map, float &acc0, float &acc1) {
+    constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
+    constexpr int UD = DUAL ? UN : 1;
+    for (int t0 = lane; t0 < n_units; t0 += 32 * UN) {
+        raw16<T> ra[UN], rb[UD];
+        int uw[UN];
+        float wt[UN];
+#pragma unroll
+        for (int k = 0; k < UN; k++) {
+            const int t = t0 + 32 * k, tc = t < n_units ? t : t0;
+            int row;
+            map(tc, row, uw[k], wt[k]);
+            load16<T>(w0, row, 16 * uw[k], ra[k]);
+            if constexpr (DUAL) load16<T>(w1, row, 16 * uw[k], rb[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < UN; k++) {
+            const int t = t0 + 32 * k;
+            const bool ok = t < n_units;
+            const float *xp = xs + (ok ? t : t0); /* value i of the unit at xp[i * nup] */
+            float v[16], s, b, d0 = 0.0f, sx = 0.0f;
+            convert16<T>(ra[k], 16 * uw[k], v, s, b);
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const float xv = xp[i * nup];
+                d0 = fmaf(v[i], xv, d0);
+                if constexpr (T == CK_Q4_K) sx += xv;
+            }
+            float c0 = s * d0;
+            if constexpr (T == CK_Q4_K) c0 += b * sx;
+            acc0 += ok ? wt[k] * c0 : 0.0f;
+            if constexpr (DUAL) {
+                float d1 = 0.0f;
+                convert16<T>(rb[k], 16 * uw[k], v, s, b);
+#pragma unroll
+                for (int i = 0; i < 16; i++) d1 = fmaf(v[i], xp[i * nup], d1);
+                float c1 = s * d1;
+                if constexpr (T == CK_Q4_K) c1 += b * sx;
+                acc1 += ok ? wt[k] * c1 : 0.0f;
+            }
+        }
+    }
+}
+
+/* The routing of one row by one warp: probs holds the router logits; softmax over the experts (max, exp, a
+ * double sum, times 1/sum as the CPU does), then k rounds of argmax over the experts not yet taken (the larger
+ * probability, the lower id on ties), then the renormalization of the chosen weights (a double sum in the
+ * order of the choice, clamped below). */
+static __device__ void route_row(const moe_args &a, int row, int lane) {
+    constexpr int PL = MOE_MAX_EXPERT / 32;
+    const int X = a.n_expert, K = a.k;
+    float *pr = a.probs + (long long)row * X;
+    float p[PL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + 32 * i;
+        p[i] = e < X ? __ldcg(pr + e) : -INFINITY;
+        mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < PL; i++)
+        if (lane + 32 * i < X) p[i] = expf(p[i] - mx), sum += p[i];
+    const float inv = (float)(1.0 / warp_sum_d(sum));
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + 32 * i;
+        if (e < X) p[i] *= inv, pr[e] = p[i];
+        else p[i] = -1.0f; /* below every probability: never chosen */
+    }
+    int *ids = a.ids + (long long)row * K;
+    float *w = a.wts + (long long)row * K;
+    for (int j = 0; j < K; j++) {
+        float bv = -2.0f;
+        int bi = 0x7FFFFFFF;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (arg_better(p[i], lane + 32 * i, bv, bi)) bv = p[i], bi = lane + 32 * i;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+            const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+            if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        }
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (lane + 32 * i == bi) p[i] = -1.0f; /* taken */
+        if (lane == 0) ids[j] = bi, w[j] = bv;
+    }
+    if (!a.norm_topk || lane != 0) return;
+    double acc = 0.0;
+    for (int j = 0; j < K; j++) acc += w[j];
+    float s = (float)acc;
+    if (s < MOE_MIN_WEIGHT_SUM) s = MOE_MIN_WEIGHT_SUM;
+    for (int j = 0; j < K; j++) w[j] /= s;
+}
+
+/* Grid (ceil(n_expert / MOE_WARPS), rows): RMSNorm of the row into shared memory (block 0 also stores it in
+ * xn), one warp per router row, then the last block of the row routes it and resets its counter. */
+template <int T>
+__global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant__ moe_args a) {
+    extern __shared__ float xs[];
+    __shared__ float red[MOE_WARPS];
+    __shared__ int last;
+    pdl_wait_then_trigger();
+    const int row = blockIdx.y, E = a.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nu = (E + 15) >> 4, nup = nu | 1;
+    const float *x = a.x + (long long)row * E;
+    float ss = 0.0f;
+    for (int i = tid; i < E; i += MOE_THREADS) {
+        const float v = __ldcg(x + i);
+        ss += v * v;
+    }
+    const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)E + a.eps);
+    for (int i = tid; i < 16 * nu; i += MOE_THREADS) {
+        const float v = i < E ? __ldcg(x + i) * scale * a.norm_w[i] : 0.0f;
+        xs[xs_at(i, nup)] = v;
+        if (blockIdx.x == 0 && i < E) a.xn[(long long)row * E + i] = v;
+    }
+    __syncthreads();
+    for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS) {
+        float acc = 0.0f, none = 0.0f;
+        units_dot<T, false>(a.w0, a.w0, xs, nup, nu, lane,
+                            [&](int t, int &r, int &uw, float &wt) { r = e, uw = t, wt = 1.0f; }, acc, none);
+        acc = warp_sum(acc);
+        if (lane == 0) a.probs[(long long)row * a.n_expert + e] = acc;
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(a.counter + row, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last || warp != 0) return;
+    __threadfence();
+    route_row(a, row, lane);
+    if (lane == 0) a.counter[row] = 0;
+}
+
+/* Grid (ceil(k * F / MOE_WARPS), rows): warp p computes hidden row r = p % F of chosen slot j = p / F. */
+template <int T>
+__global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_constant__ moe_args a) {
+    extern __shared__ float xs[];
+    pdl_wait_then_trigger();
+    const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nu = (E + 15) >> 4, nup = nu | 1;
+    const float *xn = a.xn + (long long)row * E;
+    for (int i = tid; i < 16 * nu; i += MOE_THREADS) xs[xs_at(i, nup)] = i < E ? __ldcg(xn + i) : 0.0f;
+    __syncthreads();
+    const int p = blockIdx.x * MOE_WARPS + warp;
+    if (p >= K * F) return;
+    const int j = p / F, r = p - j * F;
+    const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
+    const int wrow = e * F + r;
+    float g = 0.0f, u = 0.0f;
+    units_dot<T, true>(a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; },
+                       g, u);
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) a.h[((long long)row * K + j) * F + r] = g / (1.0f + expf(-g)) * u;
+}
+
+/* Grid (ceil(E / MOE_WARPS), rows): warp c computes output row c over the k chosen slots (each slot's hidden
+ * values a segment of F padded to whole units) and adds it to the residual. */
+template <int T>
+__global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant__ moe_args a) {
+    extern __shared__ float xs[];
+    __shared__ int sid[MOE_MAX_USED];
+    __shared__ float swt[MOE_MAX_USED];
+    pdl_wait_then_trigger();
+    const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int fp = (F + 15) & ~15, nue = fp >> 4, nu = K * nue, nup = nu | 1;
+    const float *h = a.h + (long long)row * K * F;
+    for (int i = tid; i < K * fp; i += MOE_THREADS) {
+        const int j = i / fp, r = i - j * fp;
+        xs[xs_at(i, nup)] = r < F ? __ldcg(h + (long long)j * F + r) : 0.0f;
+    }
+    for (int j = tid; j < K; j += MOE_THREADS) {
+        sid[j] = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
+        swt[j] = __ldcg(a.wts + (long long)row * K + j);
+    }
+    __syncthreads();
+    const int c = blockIdx.x * MOE_WARPS + warp;
+    if (c >= E) return;
+    float acc = 0.0f, none = 0.0f;
+    units_dot<T, false>(a.w0, a.w0, xs, nup, nu, lane,
+                        [&](int t, int &rr, int &uw, float &wt) {
+                            const int j = t / nue;
+                            rr = sid[j] * E + c, uw = t - j * nue, wt = swt[j];
+                        },
+                        acc, none);
+    acc = warp_sum(acc);
+    if (lane == 0) a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
+}
+
+/* ------------------------------------------------------------------ host side */
+
+#define MOE_TYPES(X) X(CK_F32) X(CK_F16) X(CK_BF16) X(CK_Q8_0) X(CK_Q4_0) X(CK_Q4_K) X(CK_Q6_K)
+
+static const struct {
+    const void *fn;
+    const char *name;
+} moe_table[] = {
+#define MOE_ENTRY(T) {(const void *)k_moe_route<T>, "moe_route<" #T ">"}, {(const void *)k_moe_gate_up<T>, "moe_gate_up<" #T ">"}, \
+                     {(const void *)k_moe_down<T>, "moe_down<" #T ">"},
+    MOE_TYPES(MOE_ENTRY)
+#undef MOE_ENTRY
+};
+
+#define N_MOE ((int)(sizeof moe_table / sizeof moe_table[0]))
+int cm_kernel_count(void) { return N_MOE; }
+const void *cm_kernel_at(int i) { return moe_table[i].fn; }
+const char *cm_kernel_name(int i) { return moe_table[i].name; }
+
+kiln_weight cm_flat(const kiln_weight *w) {
+    kiln_weight v = *w;
+    v.ne[1] = w->ne[1] * w->ne[2];
+    v.ne[2] = 1;
+    return v;
+}
+
+static void *carve(uint8_t *base, size_t *off, size_t n) {
+    const size_t o = (*off + 255) & ~(size_t)255;
+    *off = o + n;
+    return base ? base + o : NULL;
+}
+
+moe_dims cm_dims(const kiln_model *m) {
+    const kiln_hparams *hp = &m->hp;
+    return moe_dims{hp->n_embd, hp->n_expert, hp->n_expert_used, hp->n_ff_exp};
+}
+
+void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, uint8_t *base, size_t *off) {
+    memset(s, 0, sizeof *s);
+    if (!d.n_expert) return;
+    const size_t R = (size_t)max_rows, E = (size_t)d.n_embd, X = (size_t)d.n_expert, K = (size_t)d.n_used,
+                 F = (size_t)d.n_ff;
+    s->max_rows = max_rows, s->max_expert = d.n_expert, s->max_used = d.n_used, s->max_ff = d.n_ff;
+    s->xn = (float *)carve(base, off, R * E * 4);
+    s->probs = (float *)carve(base, off, R * X * 4);
+    s->ids = (int *)carve(base, off, R * K * 4);
+    s->wts = (float *)carve(base, off, R * K * 4);
+    s->h = (float *)carve(base, off, R * K * F * 4);
+    s->counter = (unsigned *)carve(base, off, R * 4);
+}
+
+/* Dynamic shared memory of the route / gate_up kernels (input n_embd) and of the down kernel (k slots of F). */
+static size_t smem_in(int E) { return (size_t)xs_floats(E) * 4; }
+static size_t smem_down(int k, int F) { return (size_t)xs_floats(k * ((F + 15) & ~15)) * 4; }
+
+cudaError_t cm_setup(moe_dims d) {
+    if (!d.n_expert) return cudaSuccess;
+    if (d.n_expert > MOE_MAX_EXPERT || d.n_used > MOE_MAX_USED) return cudaErrorInvalidValue;
+    const size_t si = smem_in(d.n_embd), sd = smem_down(d.n_used, d.n_ff);
+    cudaError_t e = cudaSuccess;
+#define MOE_ATTR(T)                                                                                                   \
+    if (e == cudaSuccess && si > 48 * 1024)                                                                           \
+        e = cudaFuncSetAttribute(k_moe_route<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)si);               \
+    if (e == cudaSuccess && si > 48 * 1024)                                                                           \
+        e = cudaFuncSetAttribute(k_moe_gate_up<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)si);             \
+    if (e == cudaSuccess && sd > 48 * 1024)                                                                           \
+        e = cudaFuncSetAttribute(k_moe_down<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sd);
+    MOE_TYPES(MOE_ATTR)
+#undef MOE_ATTR
+    return e;
+}
+
+/* Launches k (with the programmatic-serialization attribute when pdl). */
+static void moe_launch(void (*k)(moe_args), dim3 grid, size_t smem, bool pdl, cudaStream_t st, const moe_args &a) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(MOE_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, a);
+}
+
+#define MOE_DISPATCH(type, K, ...)                               \
+    switch (type) {                                              \
+    case CK_F32: moe_launch(K<CK_F32>, __VA_ARGS__); break;      \
+    case CK_F16: moe_launch(K<CK_F16>, __VA_ARGS__); break;      \
+    case CK_BF16: moe_launch(K<CK_BF16>, __VA_ARGS__); break;    \
+    case CK_Q8_0: moe_launch(K<CK_Q8_0>, __VA_ARGS__); break;    \
+    case CK_Q4_0: moe_launch(K<CK_Q4_0>, __VA_ARGS__); break;    \
+    case CK_Q4_K: moe_launch(K<CK_Q4_K>, __VA_ARGS__); break;    \
+    case CK_Q6_K: moe_launch(K<CK_Q6_K>, __VA_ARGS__); break;    \
+    default: break;                                              \
+    }
+
+void cm_ffn(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
+            cudaStream_t st) {
+    moe_args a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.xres = x, a.norm_w = L.norm_w, a.eps = eps;
+    a.E = n_embd, a.n_expert = L.n_expert, a.k = L.n_used, a.F = L.n_ff, a.norm_topk = L.norm_topk ? 1 : 0;
+    a.xn = s.xn, a.probs = s.probs, a.wts = s.wts, a.h = s.h, a.ids = s.ids, a.counter = s.counter;
+    const unsigned R = (unsigned)n_rows;
+    a.w0 = L.router;
+    MOE_DISPATCH(L.router.type, k_moe_route, dim3((L.n_expert + MOE_WARPS - 1) / MOE_WARPS, R), smem_in(n_embd), pdl, st, a)
+    a.w0 = L.gate, a.w1 = L.up;
+    MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), smem_in(n_embd), pdl,
+                 st, a)
+    a.w0 = L.down, a.w1 = dev_weight{};
+    MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), smem_down(L.n_used, L.n_ff), pdl,
+                 st, a)
+}
