@@ -113,6 +113,21 @@ static void penalize(ref_sampler *s, const float *logits) {
     }
 }
 
+/* The copy and the penalties of explicitly given distinct ids and counts (the spec's form of the window). */
+static void penalize_given(ref_sampler *s, const float *logits, const int32_t *pen_id, const int32_t *pen_count,
+                           int n_pen) {
+    for (int i = 0; i < s->n_vocab; i++) s->c[i] = (rcand){i, logits[i], 0.0f};
+    const kiln_sampler_params *p = &s->p;
+    for (int i = 0; i < n_pen; i++) {
+        const int32_t id = pen_id[i], count = pen_count[i];
+        if (id < 0 || id >= s->n_vocab) continue;
+        float l = s->c[id].logit;
+        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= (float)count * p->frequency_penalty + (float)(count > 0) * p->presence_penalty;
+        s->c[id].logit = l;
+    }
+}
+
 /* Everything up to the draw: returns the number of kept candidates, whose p is the final distribution. */
 static int kept(ref_sampler *s) {
     rcand *c = s->c;
@@ -149,16 +164,28 @@ static int32_t greedy(const ref_sampler *s) {
     return best;
 }
 
-int32_t ref_sample(ref_sampler *s, const float *logits) {
-    penalize(s, logits);
-    if (s->p.temperature <= 0.0f) return greedy(s);
-    const int n = kept(s);
-    double r = ref_uniform(s), cum = 0.0;
+/* The walk over the kept candidates to r. */
+static int32_t walk(ref_sampler *s, int n, double r) {
+    double cum = 0.0;
     for (int i = 0; i < n; i++) {
         cum += s->c[i].p;
         if (r < cum) return s->c[i].id;
     }
     return s->c[n - 1].id;
+}
+
+int32_t ref_sample(ref_sampler *s, const float *logits) {
+    penalize(s, logits);
+    if (s->p.temperature <= 0.0f) return greedy(s);
+    const int n = kept(s);
+    return walk(s, n, ref_uniform(s));
+}
+
+int32_t ref_sample_given(ref_sampler *s, const float *logits, const int32_t *pen_id, const int32_t *pen_count,
+                         int n_pen, double u) {
+    penalize_given(s, logits, pen_id, pen_count, n_pen);
+    if (s->p.temperature <= 0.0f) return greedy(s);
+    return walk(s, kept(s), u);
 }
 
 void ref_sample_distribution(ref_sampler *s, const float *logits, double *prob) {

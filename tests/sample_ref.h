@@ -19,4 +19,10 @@ int32_t ref_sample(ref_sampler *s, const float *logits);
  * id (n_vocab doubles); consumes no random number. */
 void ref_sample_distribution(ref_sampler *s, const float *logits, double *prob);
 
+/* The same chain for one sample given explicitly (what a kiln_sample_spec carries): the penalties of the
+ * distinct ids pen_id[0..n_pen) with their window counts, then greedy or the cuts and the walk to u. s's own
+ * window and RNG are not used (s gives the parameters and the scratch). */
+int32_t ref_sample_given(ref_sampler *s, const float *logits, const int32_t *pen_id, const int32_t *pen_count,
+                         int n_pen, double u);
+
 #endif

@@ -126,59 +126,8 @@ TEST(sample_params_are_validated) {
 #include "base/timing.h"
 #include "formats/formats.h"
 #include "sample/sample_internal.h"
+#include "sample_cases.h"
 #include "sample_ref.h"
-
-/* Random logits of a few shapes: 0 normal * scale, 1 quantized to halves (many exact ties), 2 normal plus a
- * few spikes (peaked), 3 normal with some -inf (masked ids), 4 a ladder 0, -6, -12, ... (scale unused). */
-static void fill_logits(float *x, int n, int shape, float scale, uint64_t *rng) {
-    for (int i = 0; i < n; i++) x[i] = test_rand_normal(rng) * scale;
-    if (shape == 1)
-        for (int i = 0; i < n; i++) x[i] = floorf(x[i] * 2.0f) / 2.0f;
-    if (shape == 2)
-        for (int i = 0; i < 5 && i < n; i++) x[test_rand_u64(rng) % (uint64_t)n] += 6.0f + (float)i * 2.0f;
-    if (shape == 3)
-        for (int i = 0; i < n / 8; i++) x[test_rand_u64(rng) % (uint64_t)n] = -INFINITY;
-    if (shape == 4) /* a ladder of exact multiples of 6 below 0: ids sit on the sampler's band boundaries */
-        for (int i = 0; i < n; i++) x[i] = -6.0f * (float)(test_rand_u64(rng) % 4) * (i % 5 ? 1.0f : 2.0f);
-}
-
-typedef struct mix { const char *name; kiln_sampler_params p; } mix;
-
-static kiln_sampler_params mkp(float temp, int k, float top_p, float min_p) {
-    kiln_sampler_params p = kiln_sampler_defaults();
-    p.temperature = temp;
-    p.top_k = k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    return p;
-}
-
-static int make_mixes(mix *m, int n_vocab) {
-    int n = 0;
-    m[n++] = (mix){"greedy", mkp(0.0f, 40, 0.95f, 0.05f)};
-    m[n++] = (mix){"defaults", kiln_sampler_defaults()};
-    m[n++] = (mix){"t1 top-p 0.9 k off", mkp(1.0f, 0, 0.9f, 0.0f)};
-    m[n++] = (mix){"t0.7 only", mkp(0.7f, 0, 1.0f, 0.0f)};
-    m[n++] = (mix){"t3 only", mkp(3.0f, 0, 1.0f, 0.0f)};
-    m[n++] = (mix){"min-p 0.1 t1.2", mkp(1.2f, 0, 1.0f, 0.1f)};
-    m[n++] = (mix){"top-p 0.9 min-p 0.05", mkp(1.0f, 0, 0.9f, 0.05f)};
-    m[n++] = (mix){"top-p 0.999 t1.5", mkp(1.5f, 0, 0.999f, 0.0f)};
-    m[n++] = (mix){"k1000 top-p 0.5 t1.5", mkp(1.5f, 1000, 0.5f, 0.0f)};
-    m[n++] = (mix){"k >= vocab top-p 0.8", mkp(0.9f, n_vocab + 5, 0.8f, 0.0f)};
-    kiln_sampler_params p = mkp(1.0f, 0, 0.9f, 0.0f);
-    p.repeat_penalty = 1.3f, p.presence_penalty = 0.7f, p.frequency_penalty = 0.4f, p.repeat_last_n = 32;
-    m[n++] = (mix){"penalties top-p 0.9", p};
-    p = mkp(0.9f, 0, 1.0f, 0.02f);
-    p.repeat_penalty = 0.8f, p.presence_penalty = -1.5f, p.frequency_penalty = -0.5f, p.repeat_last_n = 16;
-    m[n++] = (mix){"negative penalties min-p", p};
-    p = kiln_sampler_defaults();
-    p.repeat_penalty = 1.1f, p.frequency_penalty = 2.0f, p.repeat_last_n = 64;
-    m[n++] = (mix){"penalties defaults", p};
-    p = mkp(0.0f, 0, 1.0f, 0.0f);
-    p.repeat_penalty = 1.5f, p.presence_penalty = 1.0f, p.repeat_last_n = 8;
-    m[n++] = (mix){"penalties greedy", p};
-    return n;
-}
 
 /* A window that mixes the largest logits (so that penalties change the outcome) and random ids. */
 static void accept_window(kiln_sampler *a, ref_sampler *b, const float *x, int n, uint64_t *rng) {
@@ -215,14 +164,14 @@ TEST(sample_same_seed_same_ids_as_reference) {
     static const float scales[] = {0.05f, 1.0f, 3.0f, 8.0f};
     float *x = malloc(151936 * sizeof *x);
     uint64_t rng = 42;
-    mix m[16];
+    sample_mix m[16];
     long calls = 0, diffs = 0;
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const int n = sizes[si], big = n >= 32000;
-        const int nm = make_mixes(m, n);
+        const int nm = sample_case_mixes(m, n);
         for (int shape = 0; shape < (big ? 4 : 5); shape++)
             for (size_t sc = 0; sc < (shape == 4 ? 1 : sizeof scales / sizeof *scales); sc += big ? 2 : 1) {
-                fill_logits(x, n, shape, scales[sc], &rng);
+                sample_case_logits(x, n, shape, scales[sc], &rng);
                 for (int mi = 0; mi < nm; mi++) {
                     m[mi].p.seed = test_rand_u64(&rng);
                     const int draws = big ? 1 : 12, d = compare_runs(&m[mi].p, x, n, draws, &rng);
@@ -258,17 +207,9 @@ static void check_distribution(const char *name, const kiln_sampler_params *p, c
         if (id < 0 || id >= n || prob[id] == 0.0) outside++;
         else count[id]++;
     }
-    double chi2 = 0.0, pool_e = 0.0, pool_o = 0.0, support = 0.0;
-    int df = -1, kept = 0;
-    for (int i = 0; i < n; i++) {
-        const double e = prob[i] * draws;
-        kept += prob[i] > 0;
-        support += prob[i];
-        if (e >= 5.0) { chi2 += (count[i] - e) * (count[i] - e) / e; df++; }
-        else { pool_e += e; pool_o += count[i]; }
-    }
-    if (pool_e > 0.0) { chi2 += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 5.0 ? pool_e : 5.0); df++; }
-    const double limit = df + 6.0 * sqrt(2.0 * (df > 1 ? df : 1)) + 10.0;
+    int df, kept;
+    double limit, support;
+    const double chi2 = sample_case_chi2(prob, count, n, draws, &df, &limit, &kept, &support);
     printf("    %-26s %5d kept  chi2 %8.1f  df %5d  limit %8.1f  (%.0f us per call)\n", name, kept, chi2, df, limit,
            (double)(kiln_now_ns() - t0) / 1e3 / draws);
     CHECKF(outside == 0, "%s: %d draws outside the reference's support", name, outside);
@@ -284,28 +225,28 @@ TEST(sample_distribution_matches_reference) {
     const int n = 5000;
     float *x = malloc(151936 * sizeof *x);
     uint64_t rng = 7;
-    fill_logits(x, n, 0, 2.0f, &rng);
+    sample_case_logits(x, n, 0, 2.0f, &rng);
     int32_t window[24];
     for (int i = 0; i < 24; i++) window[i] = i < 8 ? 0 : (int32_t)(test_rand_u64(&rng) % 64);
     int best = 0;
     for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
     for (int i = 0; i < 8; i++) window[i] = best;
-    kiln_sampler_params p = mkp(1.0f, 0, 0.9f, 0.0f);
+    kiln_sampler_params p = sample_case_params(1.0f, 0, 0.9f, 0.0f);
     p.seed = 1;
     check_distribution("t1 top-p 0.9 k off", &p, x, n, 10000, NULL, 0);
-    p = mkp(1.0f, 0, 1.0f, 0.05f);
+    p = sample_case_params(1.0f, 0, 1.0f, 0.05f);
     check_distribution("min-p 0.05 only", &p, x, n, 10000, NULL, 0);
-    p = mkp(0.7f, 0, 1.0f, 0.0f);
+    p = sample_case_params(0.7f, 0, 1.0f, 0.0f);
     check_distribution("t0.7 only", &p, x, n, 10000, NULL, 0);
     p = kiln_sampler_defaults();
     check_distribution("defaults", &p, x, n, 10000, NULL, 0);
-    p = mkp(1.0f, 0, 0.9f, 0.0f);
+    p = sample_case_params(1.0f, 0, 0.9f, 0.0f);
     p.repeat_penalty = 1.2f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f, p.repeat_last_n = 24;
     check_distribution("penalties top-p 0.9", &p, x, n, 10000, window, 24);
     p.presence_penalty = -1.0f, p.frequency_penalty = -0.5f, p.repeat_penalty = 0.9f;
     check_distribution("negative penalties", &p, x, n, 10000, window + 8, 16); /* not the best id */
-    fill_logits(x, 151936, 0, 3.0f, &rng);
-    p = mkp(1.0f, 0, 0.9f, 0.0f);
+    sample_case_logits(x, 151936, 0, 3.0f, &rng);
+    p = sample_case_params(1.0f, 0, 0.9f, 0.0f);
     check_distribution("151936: t1 top-p 0.9", &p, x, 151936, 2000, NULL, 0);
     free(x);
 }
@@ -361,9 +302,9 @@ TEST(sample_allocates_nothing_per_call) {
     const int n = 49152;
     float *x = malloc((size_t)n * sizeof *x);
     uint64_t rng = 11;
-    fill_logits(x, n, 0, 0.3f, &rng); /* flat: the bands reach far */
-    mix m[16];
-    const int nm = make_mixes(m, n);
+    sample_case_logits(x, n, 0, 0.3f, &rng); /* flat: the bands reach far */
+    sample_mix m[16];
+    const int nm = sample_case_mixes(m, n);
     for (int mi = 0; mi < nm; mi++) {
         kiln_sampler *s;
         REQUIRE_OK(kiln_sampler_open(&m[mi].p, n, &s));
@@ -396,8 +337,8 @@ TEST(sample_top_logprobs_follow_the_penalized_softmax) {
     float *x = malloc((size_t)n * sizeof *x), *pen = malloc((size_t)n * sizeof *pen);
     double *lp = malloc((size_t)n * sizeof *lp);
     uint64_t rng = 5;
-    fill_logits(x, n, 1, 2.0f, &rng); /* ties: the order must put the lower id first */
-    kiln_sampler_params p = mkp(0.8f, 0, 0.9f, 0.0f);
+    sample_case_logits(x, n, 1, 2.0f, &rng); /* ties: the order must put the lower id first */
+    kiln_sampler_params p = sample_case_params(0.8f, 0, 0.9f, 0.0f);
     p.repeat_penalty = 1.25f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.25f, p.repeat_last_n = 8;
     kiln_sampler *s;
     REQUIRE_OK(kiln_sampler_open(&p, n, &s));
@@ -451,7 +392,7 @@ TEST(sample_top_logprobs_follow_the_penalized_softmax) {
 TEST(sample_presence_and_frequency_penalties_as_llama_cpp) {
     /* logits8: 1 -> 3.0, 3 -> 3.0, 6 -> 2.9. Window: 1 twice, 3 once; repeat 1.5, frequency 0.5, presence 0.25:
      * id 1: 3/1.5 - 2*0.5 - 0.25 = 0.75; id 3: 3/1.5 - 0.5 - 0.25 = 1.25; 6 untouched: 2.9 wins greedily. */
-    kiln_sampler_params p = mkp(0.0f, 0, 1.0f, 0.0f);
+    kiln_sampler_params p = sample_case_params(0.0f, 0, 1.0f, 0.0f);
     p.repeat_penalty = 1.5f, p.frequency_penalty = 0.5f, p.presence_penalty = 0.25f, p.repeat_last_n = 4;
     kiln_sampler *s;
     REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
@@ -470,7 +411,7 @@ TEST(sample_presence_and_frequency_penalties_as_llama_cpp) {
            "id 4 not at -2.75 (count 2)");
     kiln_sampler_close(s);
     /* a negative presence penalty promotes: id 2 (2.0) + 1.5 = 3.5 beats 3.0 */
-    p = mkp(0.0f, 0, 1.0f, 0.0f);
+    p = sample_case_params(0.0f, 0, 1.0f, 0.0f);
     p.presence_penalty = -1.5f;
     REQUIRE_OK(kiln_sampler_open(&p, 8, &s));
     kiln_sampler_accept(s, 2);
@@ -504,8 +445,8 @@ TEST(sample_survives_inf_and_nan_logits) {
     const int n = 300;
     float x[300];
     uint64_t rng = 9;
-    mix m[16];
-    const int nm = make_mixes(m, n);
+    sample_mix m[16];
+    const int nm = sample_case_mixes(m, n);
     for (int round = 0; round < 6; round++) {
         for (int i = 0; i < n; i++) x[i] = test_rand_normal(&rng);
         if (round == 0) x[5] = x[77] = INFINITY;
@@ -542,7 +483,7 @@ TEST(sample_boundary_decisions_use_the_exact_normalizer) {
         while (expf(v) >= min_p) v = nextafterf(v, -INFINITY);
         for (int i = 1; i < 60; i++) { x[i] = v; v = nextafterf(v, INFINITY); } /* expf crosses min_p here */
         for (int i = 60; i < n; i++) x[i] = logf(min_p) - 0.5f - fabsf(test_rand_normal(&rng)) * 3.0f;
-        kiln_sampler_params p = mkp(1.0f, 0, 1.0f, min_p);
+        kiln_sampler_params p = sample_case_params(1.0f, 0, 1.0f, min_p);
         p.seed = test_rand_u64(&rng);
         kiln_sampler *a;
         REQUIRE_OK(kiln_sampler_open(&p, n, &a));

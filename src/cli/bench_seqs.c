@@ -1,7 +1,8 @@
 /*
  * bench_seqs.c — `kiln bench --seqs`: one session with n_seq = the largest k; for each k and each
- * repetition, reset, prefill k sequences with P tokens each (kiln_seq_prefill), then N greedy decode steps
- * of all k together (one kiln_batch of k rows per step). Reports per k the median step time over every
+ * repetition, reset, prefill k sequences with P tokens each (kiln_seq_prefill), then N decode steps of all k
+ * together (one kiln_batch of k rows per step; greedy, or sampled with the sampler options: KILN_OUT_SAMPLE
+ * rows, or with --host-sample logits rows and kiln_sample, the path before the device sampler). Reports per k the median step time over every
  * step of every repetition and from it the aggregate decode tok/s (k / step) and per-sequence tok/s (the
  * median resists the preemption spikes of a shared machine; the mean step is printed beside it), and the
  * first step of size k in this process against the median step (the first-call penalty per batch size).
@@ -35,6 +36,25 @@ bool bench_parse_seqs(const char *s, bench_seqs_args *a) {
     return a->n_ks > 0;
 }
 
+const char *bench_sample_mode(const bench_seqs_args *a) {
+    return !a->sample ? "greedy" : a->host_sample ? "host-sampled" : "sampled";
+}
+
+kiln_status bench_step(kiln_session *s, const bench_seqs_args *a, kiln_batch_row *rows, int k, kiln_batch_output *out,
+                       kiln_sampler **smp) {
+    for (int q = 0; q < k; q++) {
+        rows[q].out = !a->sample ? KILN_OUT_ARGMAX : a->host_sample ? KILN_OUT_LOGITS : KILN_OUT_SAMPLE;
+        rows[q].sampler = a->sample ? smp[q] : NULL;
+    }
+    TRY(kiln_batch(s, rows, (size_t)k, out, (size_t)k, NULL));
+    for (int q = 0; q < k; q++) {
+        if (a->sample && a->host_sample) out[q].id = kiln_sample(smp[q], out[q].logits);
+        if (a->sample) kiln_sampler_accept(smp[q], out[q].id);
+        rows[q].id = out[q].id;
+    }
+    return KILN_OK;
+}
+
 typedef struct seq_result {
     int k;
     uint64_t prefill_ns, decode_ns, step_ns, mean_step_ns, first_step_ns;
@@ -42,19 +62,22 @@ typedef struct seq_result {
 
 /* One k: R repetitions; medians into *r. prompt: P ids; scratch: rows/out of k, times of R*N steps. */
 static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const int32_t *prompt, seq_result *r,
-                         kiln_batch_row *rows, kiln_batch_output *out, uint64_t *pre, uint64_t *dec, uint64_t *steps) {
+                         kiln_batch_row *rows, kiln_batch_output *out, kiln_sampler **smp, uint64_t *pre, uint64_t *dec,
+                         uint64_t *steps) {
     r->k = k;
     for (long rep = 0; rep < a->R; rep++) {
         for (int q = 0; q < k; q++) TRY(kiln_seq_reset(s, q));
         uint64_t t0 = kiln_now_ns();
         for (int q = 0; q < k; q++) TRY(kiln_seq_prefill(s, q, prompt, (size_t)a->P, NULL));
         uint64_t t1 = kiln_now_ns();
-        for (int q = 0; q < k; q++) rows[q] = (kiln_batch_row){.seq = q, .id = prompt[(q * 7) % a->P], .out = KILN_OUT_ARGMAX};
+        for (int q = 0; q < k; q++) {
+            rows[q] = (kiln_batch_row){.seq = q, .id = prompt[(q * 7) % a->P], .out = KILN_OUT_ARGMAX};
+            if (a->sample) kiln_sampler_reset(smp[q]);
+        }
         for (long g = 0; g < a->N; g++) {
             uint64_t ts = kiln_now_ns();
-            TRY(kiln_batch(s, rows, (size_t)k, out, (size_t)k, NULL));
+            TRY(bench_step(s, a, rows, k, out, smp));
             steps[rep * a->N + g] = kiln_now_ns() - ts;
-            for (int q = 0; q < k; q++) rows[q].id = out[q].id;
         }
         pre[rep] = t1 - t0;
         dec[rep] = kiln_now_ns() - t1;
@@ -74,8 +97,9 @@ static void print_results(const bench_seqs_args *a, kiln_session *s, const seq_r
     if (a->json) {
         printf("{\"model\":");
         cli_json_str(stdout, a->model, strlen(a->model));
-        printf(",\"backend\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"seqs\":[",
-               kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, a->R);
+        printf(",\"backend\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,"
+               "\"decode\":\"%s\",\"seqs\":[",
+               kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, a->R, bench_sample_mode(a));
         for (int i = 0; i < a->n_ks; i++) {
             const seq_result *r = &res[i];
             const double agg = r->step_ns ? r->k / (r->step_ns / 1e9) : 0;
@@ -89,8 +113,8 @@ static void print_results(const bench_seqs_args *a, kiln_session *s, const seq_r
         printf("]}\n");
         return;
     }
-    printf("%s · %s · %d threads · prompt %ld, %ld decode steps, %ld reps (medians)\n", a->model,
-           kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, a->R);
+    printf("%s · %s · %d threads · prompt %ld, %ld %s decode steps, %ld reps (medians)\n", a->model,
+           kiln_session_backend(s), kiln_session_n_threads(s), a->P, a->N, bench_sample_mode(a), a->R);
     printf("%5s %12s %12s %10s %10s %12s %12s %8s\n", "k", "decode tok/s", "per-seq t/s", "step ms", "mean ms",
            "first step", "prefill ms", "ratio");
     for (int i = 0; i < a->n_ks; i++) {
@@ -119,10 +143,16 @@ int bench_seqs(const bench_seqs_args *a) {
     int32_t *prompt = malloc(sizeof *prompt * (size_t)a->P);
     kiln_batch_row *rows = calloc((size_t)max_k, sizeof *rows);
     kiln_batch_output *out = calloc((size_t)max_k, sizeof *out);
+    kiln_sampler **smp = calloc((size_t)max_k, sizeof *smp);
     uint64_t *pre = calloc((size_t)a->R, 8), *dec = calloc((size_t)a->R, 8), *steps = calloc((size_t)(a->R * a->N + 1), 8);
     seq_result res[BENCH_MAX_KS];
     int rc = 1;
-    if (!prompt || !rows || !out || !pre || !dec || !steps) { cli_error("bench", "out of memory"); goto done; }
+    if (!prompt || !rows || !out || !smp || !pre || !dec || !steps) { cli_error("bench", "out of memory"); goto done; }
+    for (int q = 0; a->sample && q < max_k; q++) {
+        kiln_sampler_params p = a->sp;
+        p.seed += (uint64_t)q;
+        if (kiln_sampler_open(&p, mi.n_vocab, &smp[q]) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
+    }
     uint64_t x = 12345;
     for (long i = 0; i < a->P; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -130,14 +160,15 @@ int bench_seqs(const bench_seqs_args *a) {
     }
     if (mi.bos_id >= 0) prompt[0] = mi.bos_id;
     for (int i = 0; i < a->n_ks; i++)
-        if (run_k(s, a, a->ks[i], prompt, &res[i], rows, out, pre, dec, steps) != KILN_OK) {
+        if (run_k(s, a, a->ks[i], prompt, &res[i], rows, out, smp, pre, dec, steps) != KILN_OK) {
             cli_error("bench", "%s", kiln_last_error());
             goto done;
         }
     print_results(a, s, res);
     rc = 0;
 done:
-    free(prompt), free(rows), free(out), free(pre), free(dec), free(steps);
+    for (int q = 0; smp && q < max_k; q++) kiln_sampler_close(smp[q]);
+    free(prompt), free(rows), free(out), free(smp), free(pre), free(dec), free(steps);
     kiln_session_close(s);
     kiln_model_close(m);
     return rc;

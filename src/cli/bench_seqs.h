@@ -16,7 +16,17 @@ typedef struct bench_seqs_args {
     long P, N, R, threads;
     int ks[BENCH_MAX_KS], n_ks;
     bool json;
+    bool sample, host_sample;   /* decode rows sampled with sp (KILN_OUT_SAMPLE, or logits + kiln_sample) */
+    kiln_sampler_params sp;
 } bench_seqs_args;
+
+/* "greedy", "sampled" (KILN_OUT_SAMPLE rows: on the device where the backend can) or "host-sampled". */
+const char *bench_sample_mode(const bench_seqs_args *a);
+
+/* One decode step of rows[0..k) (their ids in place): greedy argmax rows, or each row sampled with smp[q] as
+ * a says (the ids accepted into the samplers). */
+kiln_status bench_step(kiln_session *s, const bench_seqs_args *a, kiln_batch_row *rows, int k, kiln_batch_output *out,
+                       kiln_sampler **smp);
 
 /* Parses "1,2,4,8" (each 1..256, at most BENCH_MAX_KS); false with a message on a bad list. */
 bool bench_parse_seqs(const char *s, bench_seqs_args *a);

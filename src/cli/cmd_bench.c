@@ -1,5 +1,5 @@
 /*
- * cmd_bench.c — `kiln bench`: open once, then repeat (reset, prefill P tokens, G greedy decode steps) and
+ * cmd_bench.c — `kiln bench`: open once, then repeat (reset, prefill P tokens, G decode steps, greedy or sampled) and
  * print the open phases and the medians of prefill and decode throughput; with --seqs, the throughput of
  * k sequences decoding together (bench_seqs.c).
  */
@@ -16,13 +16,17 @@ static const char *usage_text =
     "Measures session open, prefill and decode on MODEL (token ids are a fixed pseudo-random sequence).\n"
     "  -m, --model FILE     GGUF model\n"
     "  -p, --prompt N       prefill length in tokens (default 512)\n"
-    "  -n, --gen N          greedy decode steps per repetition (default 128)\n"
+    "  -n, --gen N          decode steps per repetition (default 128; greedy unless a sampler option is given)\n"
     "  -r, --reps N         repetitions; medians are reported (default 5)\n"
     "      --seqs K1,K2,..  for each k: k sequences prefilled with P tokens each, then N decode steps of all\n"
     "                       k together (one batch per step); aggregate and per-sequence decode tok/s\n"
     "      --ctx N          context length (default: prompt + gen)\n"
     "      --threads N      CPU threads (default: all cores)\n"
     "      --device D       cpu, cuda or auto (default auto)\n"
+    "      --temp T, --top-k K, --top-p P, --min-p M, --repeat-penalty R, --repeat-last-n N, --seed S\n"
+    "                       sample every decode step (defaults as `kiln run`: 0.8, 40, 0.95, 0.05, 1.0, 64)\n"
+    "                       through KILN_OUT_SAMPLE rows (on the GPU, the device sampler)\n"
+    "      --host-sample    with a sampler option: logits back to the host and kiln_sample there\n"
     "      --json           one JSON object instead of text\n"
     "      --strict         refuse a model file with tensors its architecture does not use\n"
     "  -h, --help           this help\n";
@@ -34,11 +38,18 @@ int cmd_bench(int argc, char **argv) {
     bool json = false;
     kiln_model_options mo = {0};
     bench_seqs_args sa = {0};
+    sa.sp = kiln_sampler_defaults();
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *a = argv[i];
         bool err = false;
+        int src;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--host-sample")) sa.host_sample = true;
+        else if ((src = cli_sampler_opt("bench", argc, argv, &i, &sa.sp, NULL)) != 0) {
+            if (src == 2) return 2;
+            sa.sample = true;
+        }
         else if (!strcmp(a, "--strict")) mo.strict = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("bench", v, &device)) return 2; }
@@ -57,6 +68,8 @@ int cmd_bench(int argc, char **argv) {
         if (err) return 2;
     }
     if (!model) return cli_usage_error("bench", usage_text, "a model is required (-m MODEL.gguf)");
+    if (sa.host_sample && !sa.sample)
+        return cli_usage_error("bench", usage_text, "--host-sample needs a sampler option (--temp, --top-k, ...)");
     if (sa.n_ks) {
         if (ctx) return cli_usage_error("bench", usage_text, "--ctx is set by --seqs (prompt + gen + 1)");
         sa.model = model, sa.device = device, sa.P = P, sa.N = G, sa.R = R, sa.threads = threads, sa.json = json;
@@ -79,8 +92,10 @@ int cmd_bench(int argc, char **argv) {
     kiln_model_get_info(m, &mi);
     int32_t *ids = malloc((size_t)P * sizeof *ids);
     uint64_t *pre = calloc((size_t)R, sizeof *pre), *dec = calloc((size_t)R, sizeof *dec);
+    kiln_sampler *smp = NULL;
     int rc = 1;
     if (!ids || !pre || !dec) { cli_error("bench", "out of memory"); goto done; }
+    if (sa.sample && kiln_sampler_open(&sa.sp, mi.n_vocab, &smp) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
     uint64_t x = 12345;
     for (long i = 0; i < P; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -93,9 +108,11 @@ int cmd_bench(int argc, char **argv) {
         uint64_t a = kiln_now_ns();
         if (kiln_prefill(s, ids, (size_t)P, &logits) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
         uint64_t b = kiln_now_ns();
-        int32_t id = ids[P - 1];
+        kiln_batch_row row = {.seq = 0, .id = ids[P - 1]};
+        kiln_batch_output bo;
+        if (smp) kiln_sampler_reset(smp);
         for (long g = 0; g < G; g++)
-            if (kiln_decode_greedy(s, id, &id) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
+            if (bench_step(s, &sa, &row, 1, &bo, &smp) != KILN_OK) { cli_error("bench", "%s", kiln_last_error()); goto done; }
         pre[r] = b - a;
         dec[r] = kiln_now_ns() - b;
     }
@@ -106,10 +123,10 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\":");
         cli_json_str(stdout, model, strlen(model));
-        printf(",\"backend\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"open_ns\":%llu,"
+        printf(",\"backend\":\"%s\",\"decode\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"open_ns\":%llu,"
                "\"prefill_median_ns\":%llu,\"decode_median_ns\":%llu,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
                "\"first_prefill_ns\":%llu,\"first_decode_ns\":%llu,\"open_phases\":{",
-               kiln_session_backend(s), kiln_session_n_threads(s), P, G, R, (unsigned long long)open_ns,
+               kiln_session_backend(s), bench_sample_mode(&sa), kiln_session_n_threads(s), P, G, R, (unsigned long long)open_ns,
                (unsigned long long)mp, (unsigned long long)md, P / (mp / 1e9), md ? G / (md / 1e9) : 0.0,
                (unsigned long long)first_pre, (unsigned long long)first_dec);
         for (size_t i = 0; i < nph; i++) printf("%s\"%s\":%llu", i ? "," : "", ph[i].name, (unsigned long long)ph[i].ns);
@@ -122,11 +139,13 @@ int cmd_bench(int argc, char **argv) {
         printf(")\n");
         printf("prefill %ld tokens: median %.2f ms (%.0f tok/s); first rep %.2f ms\n", P, mp / 1e6, P / (mp / 1e9), first_pre / 1e6);
         if (G)
-            printf("decode %ld steps: median %.2f ms (%.0f tok/s, %.3f ms/token); first rep %.2f ms\n", G, md / 1e6,
+            printf("decode %ld %s steps: median %.2f ms (%.0f tok/s, %.3f ms/token); first rep %.2f ms\n", G,
+                   bench_sample_mode(&sa), md / 1e6,
                    G / (md / 1e9), md / 1e6 / G, first_dec / 1e6);
     }
     rc = 0;
 done:
+    kiln_sampler_close(smp);
     free(ids);
     free(pre);
     free(dec);

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "kiln.h"
 #include "sample/sample_internal.h"
+#include "sample/sample_spec.h"
 
 struct kiln_sampler {
     kiln_sampler_params p;
@@ -320,4 +321,35 @@ int kiln_sampler_top(kiln_sampler *s, int n, int32_t *ids, float *logprobs) {
 float kiln_sampler_logprob(kiln_sampler *s, int32_t id) {
     if (!s || !s->have_last || id < 0 || id >= s->n_vocab) return NAN;
     return (float)((double)(sample_view_logit(&s->view, id) - s->view.max) - last_logz(s));
+}
+
+/* ---- the device's sample: the spec of sample_spec.h */
+
+bool kiln_sampler_spec(kiln_sampler *s, kiln_sample_spec *spec, uint64_t *rng_before) {
+    if (!s || !spec || !rng_before) return false;
+    const int np = sample_penalty_collect(&s->pen);
+    if (np > KILN_SAMPLE_SPEC_MAX_PEN) return false;
+    const kiln_sampler_params *p = &s->p;
+    spec->mode = KILN_SPEC_SAMPLE;
+    spec->top_k = p->top_k > 0 && p->top_k < s->n_vocab ? p->top_k : 0;
+    spec->temperature = p->temperature;
+    spec->top_p = p->top_p;
+    spec->min_p = p->min_p;
+    spec->repeat = p->repeat_penalty;
+    spec->presence = p->presence_penalty;
+    spec->frequency = p->frequency_penalty;
+    spec->n_pen = np;
+    spec->reserved = 0;
+    for (int i = 0; i < np; i++) {
+        spec->pen_id[i] = s->pen.pid[i];
+        spec->pen_count[i] = s->pen.count[s->pen.pid[i]];
+    }
+    *rng_before = s->rng;
+    spec->u = p->temperature > 0.0f ? next_uniform(s) : 0.0;
+    s->have_last = 0; /* the logits of this sample stay on the device: no logprobs */
+    return true;
+}
+
+void kiln_sampler_spec_undo(kiln_sampler *s, uint64_t rng_before) {
+    if (s) s->rng = rng_before;
 }

@@ -15,6 +15,7 @@
 #ifndef KILN_SAMPLE_INTERNAL_H
 #define KILN_SAMPLE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +119,11 @@ void sample_penalty_accept(sample_penalty *pen, int32_t id);
  * multiplies a non-positive one, then count * frequency + (count > 0) * presence is subtracted. Returns
  * their count (0 when every penalty is off). */
 int sample_penalty_apply(sample_penalty *pen, const float *logits);
+/* Whether any penalty applies to the next call (a penalty is on and the window is not empty). */
+bool sample_penalty_active(const sample_penalty *pen);
+/* The first half of sample_penalty_apply: each distinct id of the window into pid (its count in
+ * count[id]); returns their count (0 when no penalty applies). */
+int sample_penalty_collect(sample_penalty *pen);
 
 /* ---- candidates (sample_cand.c) ---- */
 

@@ -46,8 +46,12 @@ void sample_penalty_accept(sample_penalty *pen, int32_t id) {
     if (pen->n_recent < pen->last_n) pen->n_recent++;
 }
 
-int sample_penalty_apply(sample_penalty *pen, const float *logits) {
-    if (!pen->n_recent || (pen->repeat == 1.0f && pen->presence == 0.0f && pen->frequency == 0.0f)) return 0;
+bool sample_penalty_active(const sample_penalty *pen) {
+    return pen->n_recent && !(pen->repeat == 1.0f && pen->presence == 0.0f && pen->frequency == 0.0f);
+}
+
+int sample_penalty_collect(sample_penalty *pen) {
+    if (!sample_penalty_active(pen)) return 0;
     if (++pen->calls == 0) { /* the stamps wrapped: forget them all once */
         memset(pen->stamp, 0, (size_t)pen->n_vocab * sizeof(uint32_t));
         pen->calls = 1;
@@ -63,6 +67,11 @@ int sample_penalty_apply(sample_penalty *pen, const float *logits) {
         }
         pen->count[id]++;
     }
+    return np;
+}
+
+int sample_penalty_apply(sample_penalty *pen, const float *logits) {
+    const int np = sample_penalty_collect(pen);
     for (int i = 0; i < np; i++) {
         const int32_t id = pen->pid[i], count = pen->count[id];
         float l = logits[id];

@@ -7,11 +7,13 @@
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln.h"
 #include "base/timing.h"
 #include "model/model.h"
+#include "sample/sample_spec.h"
 
 typedef struct kiln_backend_config {
     int n_ctx;       /* KV positions per sequence */
@@ -23,12 +25,15 @@ typedef struct kiln_backend_config {
     bool cuda_no_graph, cuda_no_pdl;
 } kiln_backend_config;
 
-enum { KILN_BK_OUT_NONE = 0, KILN_BK_OUT_ARGMAX = 1, KILN_BK_OUT_LOGITS = 2 };
+/* KILN_BK_OUT_SAMPLE (only for a backend whose ops say `samples`): the id drawn on the device as the row's
+ * spec says (sample_spec.h) goes to argmax[k]; the logits stay on the device. */
+enum { KILN_BK_OUT_NONE = 0, KILN_BK_OUT_ARGMAX = 1, KILN_BK_OUT_LOGITS = 2, KILN_BK_OUT_SAMPLE = 3 };
 
 /* One row of a forward call: token id at position pos of sequence seq. */
 typedef struct kiln_backend_row {
     int32_t seq, pos, id;
-    int32_t out;     /* KILN_BK_OUT_*: nothing, the argmax only, or logits and argmax */
+    int32_t out;     /* KILN_BK_OUT_*: nothing, the argmax only, logits and argmax, or a sampled id */
+    const kiln_sample_spec *spec; /* KILN_BK_OUT_SAMPLE only */
 } kiln_backend_row;
 
 /* A forward call. Rows of one sequence come in order of position, each following that sequence's last
@@ -45,6 +50,7 @@ typedef struct kiln_backend_batch {
 
 typedef struct kiln_backend_ops {
     const char *name;  /* "cpu", "cuda" */
+    bool samples;      /* takes KILN_BK_OUT_SAMPLE rows (samples on the device; only the id comes back) */
     /* Allocates and touches everything for cfg (n_seq KV regions of n_ctx), prepares weights, loads
      * kernels; appends its open phases (open.arena, open.weights, open.kernels, ...) to phases.
      * *state is NULL on failure. */

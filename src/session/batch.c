@@ -2,8 +2,11 @@
  * batch.c — kiln_batch and everything built on it: the per-sequence calls (kiln_seq_prefill, reset,
  * rewind, n_past) and the single-sequence calls (kiln_prefill, kiln_decode, kiln_decode_greedy, ...) as
  * the sequence-0 case. A call is checked whole before the backend runs, and positions are committed only
- * after it succeeded, so a failed call changes nothing for any sequence.
+ * after it succeeded, so a failed call changes nothing for any sequence. KILN_OUT_SAMPLE rows go to a backend
+ * that samples (ops->samples) as specs (sample_spec.h), else they are logits rows sampled here with kiln_sample;
+ * a failed forward gives the specs' draws back to their samplers.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,10 +53,32 @@ static kiln_status plan(kiln_session *s, const kiln_batch_row *rows, size_t n, s
                              s->pending[seq]);
         const int bk = rows[i].out == KILN_OUT_NONE ? KILN_BK_OUT_NONE
                        : rows[i].out == KILN_OUT_ARGMAX ? KILN_BK_OUT_ARGMAX : KILN_BK_OUT_LOGITS;
-        s->brows[i] = (kiln_backend_row){.seq = seq, .pos = pos, .id = rows[i].id, .out = bk};
+        s->brows[i] = (kiln_backend_row){.seq = seq, .pos = pos, .id = rows[i].id, .out = bk, .spec = NULL};
     }
     *n_out = k;
     return KILN_OK;
+}
+
+/* The KILN_OUT_SAMPLE rows the backend samples on its device (ops->samples): each gets its sampler's spec
+ * (the uniform draw taken now) and KILN_BK_OUT_SAMPLE; the others stay logits rows sampled on the host. */
+static void prepare_samples(kiln_session *s, const kiln_batch_row *rows, size_t n) {
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (rows[i].out == KILN_OUT_NONE) continue;
+        s->spec_smp[k] = NULL;
+        if (rows[i].out == KILN_OUT_SAMPLE && s->ops->samples &&
+            kiln_sampler_spec(rows[i].sampler, &s->specs[k], &s->spec_rng[k])) {
+            s->spec_smp[k] = rows[i].sampler;
+            s->brows[i].out = KILN_BK_OUT_SAMPLE;
+            s->brows[i].spec = &s->specs[k];
+        }
+        k++;
+    }
+}
+
+/* After a failed forward: every spec's draw is given back, the last first (rows may share a sampler). */
+static void undo_samples(kiln_session *s, int n_out) {
+    for (int k = n_out - 1; k >= 0; k--)
+        if (s->spec_smp[k]) kiln_sampler_spec_undo(s->spec_smp[k], s->spec_rng[k]);
 }
 
 /* After a successful forward: positions, counters and the outputs. */
@@ -68,7 +93,8 @@ static void commit(kiln_session *s, const kiln_batch_row *rows, size_t n, kiln_b
         if (rows[i].out == KILN_OUT_NONE) continue;
         const float *lg = s->logits + (size_t)k * V;
         out[k].row = (int32_t)i;
-        out[k].id = rows[i].out == KILN_OUT_SAMPLE ? kiln_sample(rows[i].sampler, lg) : s->argmax[k];
+        const bool on_host = rows[i].out == KILN_OUT_SAMPLE && s->brows[i].out != KILN_BK_OUT_SAMPLE;
+        out[k].id = on_host ? kiln_sample(rows[i].sampler, lg) : s->argmax[k];
         out[k].logits = rows[i].out == KILN_OUT_LOGITS ? lg : NULL;
         k++;
     }
@@ -81,8 +107,12 @@ kiln_status kiln_session_run(kiln_session *s, const kiln_batch_row *rows, size_t
     int k = 0;
     KILN_TRY(plan(s, rows, n, out_cap, out != NULL, &k, fn));
     kiln_backend_batch b = {.rows = s->brows, .n = (int)n, .n_out = k, .logits = s->logits, .argmax = s->argmax};
+    prepare_samples(s, rows, n);
     kiln_status st = s->ops->forward(s->state, &b);
-    if (st != KILN_OK) return kiln_fail_prefix(st, "%s: ", fn);
+    if (st != KILN_OK) {
+        undo_samples(s, k);
+        return kiln_fail_prefix(st, "%s: ", fn);
+    }
     commit(s, rows, n, out);
     if (n_out) *n_out = (size_t)k;
     return KILN_OK;

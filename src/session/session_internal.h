@@ -19,6 +19,9 @@ struct kiln_session {
     kiln_batch_output *outs;   /* max_out: the warm pass's outputs */
     kiln_backend_row *brows;   /* max_batch: the backend's rows of the call being run */
     kiln_batch_row *chunk;     /* max_batch: the rows of one prefill chunk */
+    kiln_sample_spec *specs;   /* max_out: the specs of the rows the backend samples (ops->samples) */
+    kiln_sampler **spec_smp;   /* max_out: their samplers (NULL: sampled on the host), for the undo */
+    uint64_t *spec_rng;        /* max_out: each sampler's RNG before its spec's draw */
     int *n_past;               /* n_seq */
     int *pending;              /* n_seq: rows of each sequence in the call being checked */
     uint64_t kv_bytes_per_seq;

@@ -132,6 +132,13 @@ kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert
                                const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
                                float *wts, float *y);
 
+/* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
+ * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
+ * stays as it was for a spec of mode KILN_SPEC_NONE. */
+struct kiln_sample_spec;
+kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
+                                  int32_t *ids);
+
 #endif /* KILN_HAVE_CUDA */
 
 #ifdef __cplusplus

@@ -10,7 +10,8 @@
  * A decode step (rows of distinct sequences): its rows (id, sequence, position; padding rows at position -1
  * up to the bucket) in one host->device copy, the bucket's graph (one row: matvecs with fused epilogues; more:
  * split-K tensor-core GEMMs over all rows; attention in one launch over all rows), the output stage
- * (launch_outputs: logits and the argmax of every row, one copy back), logits copied for the rows that ask.
+ * (launch_outputs: logits, the argmax of every row, the device sampler of cuda_sample.cu over the rows that
+ * are sampled, one copy back of each row's id), logits copied for the rows that ask.
  * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
  * one sequence): the same kernels launched eagerly (all loaded and warmed at open), attention per run of one
  * sequence's rows, the same output stage over the output rows. A mixture-of-experts layer's feed-forward
@@ -25,6 +26,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_sample.cuh"
 
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -121,6 +123,8 @@ typedef struct cuda_state {
     uint8_t *pinned;
     uint8_t *h_stage[2];
     int *h_rows, *h_ids, *h_argmax;
+    kiln_sample_spec *h_spec, *d_spec; /* a spec per output row (pinned, device): mode NONE unless sampled */
+    int *d_sample_scratch;             /* max_rows_out x n_vocab ids: the device sampler's candidates */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -424,6 +428,8 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->arg_rows = (int *)carve(base, off, NO * 4);
     s->rows = (int *)carve(base, off, 3 * M * 4);
     s->ids = (int *)carve(base, off, (B + NO) * 4);
+    s->d_spec = (kiln_sample_spec *)carve(base, off, NO * sizeof(kiln_sample_spec));
+    s->d_sample_scratch = (int *)carve(base, off, NO * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
     s->gwork = (float *)carve(base, off, gemm_work_floats(s) * 4);
 }
@@ -448,7 +454,7 @@ static size_t kv_offset(const cuda_state *s, int seq, int il) {
 }
 
 /* ---- the output stage: logits and argmax of n_out rows of x into s->logits (row k at k * V) and
- * s->arg_rows, then the argmax copy to h_argmax. Up to mv_rows consecutive rows from `first` (idx_dev NULL):
+ * s->arg_rows, the device sampler over them (specs in d_spec), then the ids' copy to h_argmax. Up to mv_rows consecutive rows from `first` (idx_dev NULL):
  * the fused matvec (RMSNorm, logits, argmax per row); else RMSNorm of the rows idx_dev[k] (NULL: rows
  * 0..n_out-1), the GEMM, the row argmax. */
 static void launch_outputs(cuda_state *s, int n_out, int first, const int *idx_dev) {
@@ -474,6 +480,8 @@ static void launch_outputs(cuda_state *s, int n_out, int first, const int *idx_d
         ck_gemm(s->output, s->xh, s->Epad, n_out, s->logits, s->V, 0, false, st);
         ck_argmax_rows(s->logits, s->V, n_out, s->arg_rows, st);
     }
+    /* rows sampled on the device: their drawn ids replace the argmax (d_spec holds one spec per row) */
+    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, n_out, s->arg_rows, s->d_sample_scratch, st);
     cudaMemcpyAsync(s->h_argmax, s->arg_rows, (size_t)n_out * sizeof(int), cudaMemcpyDeviceToHost, st);
 }
 
@@ -787,9 +795,11 @@ static void graph_facts(cuda_state *s, cudaGraph_t g) {
     }
 }
 
-/* The kernels of a decode step of bucket b, after the copy of its rows to the device. */
+/* The kernels of a decode step of bucket b, after the copy of its rows and their sampling specs to the device. */
 static void launch_bucket(cuda_state *s, int b) {
     cudaMemcpyAsync(s->rows, s->h_rows, 3 * (size_t)s->max_step * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)s->bucket[b] * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice,
+                    s->stream);
     if (s->bucket[b] <= s->mv_rows) launch_decode(s, b);
     else launch_step(s, b);
 }
@@ -837,7 +847,8 @@ static kiln_status cuda_forward(void *state, const kiln_backend_batch *b);
 
 /* The open's warm pass through every path: a prefill of 2 positions of sequence 0 (its outputs through the
  * eager output stage: both rows when max_out allows), each bucket's graph once (rows of sequences 0..R-1,
- * sequence 0 after the prefill), then a one-row step with logits (into conv_tmp, n_vocab floats or more). */
+ * sequence 0 after the prefill), a one-row step with logits (into conv_tmp, n_vocab floats or more), then the
+ * device sampler in a one-row step and (top-k) in a 2-row prefill. */
 static kiln_status warm_paths(cuda_state *s) {
     const int V = s->m->hp.n_vocab, n = s->cfg.max_batch >= 2 ? 2 : 1, last = s->cfg.n_ctx - 1;
     kiln_backend_row rows[2] = {{0, 0, 0, KILN_BK_OUT_ARGMAX}, {0, 1, 1 % V, KILN_BK_OUT_ARGMAX}};
@@ -855,7 +866,23 @@ static kiln_status warm_paths(cuda_state *s) {
     }
     const kiln_backend_row one = {0, n + 1 < last ? n + 1 : last, 0, KILN_BK_OUT_LOGITS};
     b = (kiln_backend_batch){&one, 1, 1, s->conv_tmp, next};
-    return cuda_forward(s, &b);
+    KILN_TRY(cuda_forward(s, &b));
+    /* the device sampler: penalties, top-k off with top-p and min-p, through a graph; top-k 40 eagerly */
+    kiln_sample_spec sp; /* on the stack: two sessions may open at once */
+    memset(&sp, 0, sizeof sp);
+    sp.mode = KILN_SPEC_SAMPLE, sp.temperature = 0.8f, sp.top_p = 0.95f, sp.min_p = 0.05f;
+    sp.repeat = 1.1f, sp.presence = 0.5f, sp.frequency = 0.5f, sp.n_pen = 1, sp.pen_count[0] = 1;
+    sp.u = 0.5;
+    const kiln_backend_row dec3 = {0, n < last ? n : last, 0, KILN_BK_OUT_SAMPLE, &sp};
+    b = (kiln_backend_batch){&dec3, 1, 1, NULL, next};
+    KILN_TRY(cuda_forward(s, &b));
+    if (n == 2 && s->cfg.max_out >= 2) {
+        const kiln_backend_row two[2] = {{0, 0, 0, KILN_BK_OUT_SAMPLE, &sp}, {0, 1, 1 % V, KILN_BK_OUT_ARGMAX, NULL}};
+        sp.top_k = 40;
+        b = (kiln_backend_batch){two, 2, 2, NULL, next};
+        KILN_TRY(cuda_forward(s, &b));
+    }
+    return KILN_OK;
 }
 
 static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *ph, void **out) {
@@ -933,17 +960,19 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(plan_weights(s, s->arena, &off));
         soff = 0;
         plan_scratch(s, s->arena + s->scratch_off, &soff);
-        /* pinned: the staging halves, then the rows of a decode step, the ids and output rows of an eager
-         * call, the argmax of every output row */
+        /* pinned: the staging halves, then a sampling spec per output row, the rows of a decode step, the ids
+         * and output rows of an eager call, the id of every output row */
         const size_t n_ints = 3 * (size_t)s->max_step + (size_t)cfg->max_batch + 2 * (size_t)s->max_rows_out;
-        const size_t pinned_bytes = 2 * STAGE_BYTES + n_ints * sizeof(int);
+        const size_t spec_bytes = (size_t)s->max_rows_out * sizeof(kiln_sample_spec);
+        const size_t pinned_bytes = 2 * STAGE_BYTES + spec_bytes + n_ints * sizeof(int);
         e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
         kiln_count_device_alloc();
         if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
-        memset(s->pinned + 2 * STAGE_BYTES, 0, n_ints * sizeof(int)); /* the staging halves are written before use */
+        memset(s->pinned + 2 * STAGE_BYTES, 0, spec_bytes + n_ints * sizeof(int)); /* the staging halves are written before use */
         s->h_stage[0] = s->pinned;
         s->h_stage[1] = s->pinned + STAGE_BYTES;
-        s->h_rows = (int *)(s->pinned + 2 * STAGE_BYTES);
+        s->h_spec = (kiln_sample_spec *)(s->pinned + 2 * STAGE_BYTES); /* 2 * STAGE_BYTES: aligned */
+        s->h_rows = (int *)(s->pinned + 2 * STAGE_BYTES + spec_bytes);
         s->h_ids = s->h_rows + 3 * s->max_step;
         s->h_argmax = s->h_ids + cfg->max_batch + s->max_rows_out;
         OPEN_CU(cudaMemsetAsync(s->arena, 0, s->arena_bytes, s->stream), "arena memset");
@@ -1024,6 +1053,13 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, cm_kernel_name(i)));
         }
         OPEN_CU(cm_setup(cm_dims(m)), "MoE kernels' shared memory");
+        {
+            cudaFuncAttributes fa;
+            cudaError_t e = cudaFuncGetAttributes(&fa, ck_sample_kernel());
+            kiln_count_module_load();
+            if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "k_sample"));
+            s->n_kernels++;
+        }
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
         const size_t smem = ck_matvec_smem_rows(widest > s->Q ? widest : s->Q, s->mv_rows);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
@@ -1048,6 +1084,12 @@ fail:
     return st;
 #undef OPEN_TRY
 #undef OPEN_CU
+}
+
+/* Puts row r's sampling spec (or mode NONE) into h_spec[k]. */
+static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
+    if (r && r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
+    else s->h_spec[k].mode = KILN_SPEC_NONE;
 }
 
 /* Whether the rows are a decode step: at most max_step rows, each of its own sequence. */
@@ -1100,14 +1142,15 @@ static kiln_status forward_step(cuda_state *s, const kiln_backend_batch *b) {
         s->h_rows[i] = real ? b->rows[i].id : 0;
         s->h_rows[M + i] = real ? b->rows[i].seq : 0;
         s->h_rows[2 * M + i] = real ? b->rows[i].pos : -1;
+        stage_spec(s, i, real ? &b->rows[i] : NULL);
     }
     if (s->use_graph) CU_TRY(cudaGraphLaunch(s->gexecs[bi], s->stream), "graph launch");
     else launch_bucket(s, bi);
     return finish_outputs(s, b, true);
 }
 
-/* Any other batch (a prefill, several rows of one sequence): the ids and the output rows in one copy, the
- * rows through launch_rows, then the output stage over the output rows. */
+/* Any other batch (a prefill, several rows of one sequence): the ids and the output rows in one copy (their
+ * sampling specs in another), the rows through launch_rows, then the output stage over the output rows. */
 static kiln_status forward_rows(cuda_state *s, const kiln_backend_batch *b) {
     const int n = b->n, B = s->cfg.max_batch;
     int n_out = 0, first = 0;
@@ -1115,9 +1158,12 @@ static kiln_status forward_rows(cuda_state *s, const kiln_backend_batch *b) {
         s->h_ids[i] = b->rows[i].id;
         if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
         if (!n_out) first = i;
+        stage_spec(s, n_out, &b->rows[i]);
         s->h_ids[B + n_out++] = i;
     }
     cudaMemcpyAsync(s->ids, s->h_ids, (size_t)(B + n_out) * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    if (n_out)
+        cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)n_out * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
     launch_rows(s, b->rows, n);
     if (n_out) launch_outputs(s, n_out, first, s->ids + B);
     return finish_outputs(s, b, false);
@@ -1142,7 +1188,7 @@ static uint64_t cuda_kv_bytes_per_seq(const void *state) {
 }
 
 static const kiln_backend_ops cuda_ops = {
-    "cuda", cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
+    "cuda", true, cuda_open, cuda_forward, cuda_reset, cuda_kv_bytes_per_seq, cuda_close,
 };
 
 extern "C" const kiln_backend_ops *kiln_backend_cuda(void) { return &cuda_ops; }

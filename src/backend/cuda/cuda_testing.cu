@@ -1,6 +1,7 @@
 /*
  * cuda_testing.cu — single kernels run on test data for the GPU tests (kiln_cuda_test_* in cuda_api.h): a
- * matvec, a GEMM, attention, the MoE feed-forward. Linked into the test binaries only, never into libkiln.
+ * matvec, a GEMM, attention, the MoE feed-forward, the device sampler. Linked into the test binaries only,
+ * never into libkiln.
  */
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_moe.cuh"
+#include "backend/cuda/cuda_sample.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 #include "base/alloc.h"
@@ -549,6 +551,27 @@ extern "C" kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, i
         if (st == KILN_OK) st = tb_finish(&b, probs, ms.probs, (size_t)n * n_expert * 4);
         if (st == KILN_OK) st = tb_finish(&b, ids, ms.ids, (size_t)n * k * 4);
         if (st == KILN_OK) st = tb_finish(&b, wts, ms.wts, (size_t)n * k * 4);
+    }
+    tb_free(&b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_sample(const kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
+                                             int32_t *ids) {
+    if (n_rows < 1 || n_vocab < 1 || !specs || !logits || !ids)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test sample: bad arguments");
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    if (st != KILN_OK) return st;
+    const size_t nl = (size_t)n_rows * n_vocab * 4;
+    kiln_sample_spec *ds = (kiln_sample_spec *)tb_alloc(&b, (size_t)n_rows * sizeof *specs, specs);
+    float *dl = (float *)tb_alloc(&b, nl, logits);
+    int *di = (int *)tb_alloc(&b, (size_t)n_rows * 4, ids);
+    int *dscr = (int *)tb_alloc(&b, (size_t)n_rows * n_vocab * 4, NULL);
+    if (!ds || !dl || !di || !dscr) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    if (st == KILN_OK) {
+        ck_sample(ds, dl, n_vocab, (size_t)n_vocab, n_rows, di, dscr, b.st);
+        st = tb_finish(&b, ids, di, (size_t)n_rows * 4);
     }
     tb_free(&b);
     return st;
