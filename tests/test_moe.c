@@ -3,7 +3,8 @@
  * double-precision reference written here (softmax over the router logits, top-k, renormalized weights,
  * each chosen expert's SwiGLU mixed by its weight), on random inputs with experts stored in several
  * quantization types (the reference uses the dequantized weights); a row's output in a batch equals its
- * output alone, bit for bit; experts no row chose are never read (poisoned with NaN they change nothing).
+ * output alone, bit for bit; experts no row chose are never read (poisoned with NaN they change nothing);
+ * the fused path equals its per-expert reference (cpu_moe_ffn_ref) bit for bit on 1 and 3 threads.
  * The CUDA MoE kernels (backend/cuda/cuda_moe.cu: RMSNorm, router, softmax / top-k / renormalization on the
  * device, the chosen experts' SwiGLU) against the same reference, with ties and without renormalization.
  */
@@ -120,8 +121,9 @@ static double ref_row_w(const moe_case *c, const float *x, bool norm, double *ou
 
 static double ref_row(const moe_case *c, const float *x, double *out, int *ids) { return ref_row_w(c, x, true, out, ids, NULL); }
 
-/* cpu_moe_ffn over rows x (B of them) into out, with its own buffers. */
-static void run_moe(kiln_pool *pool, moe_case *c, const float *x, int B, float *out, uint64_t *bytes_read) {
+/* cpu_moe_ffn (or with ref, cpu_moe_ffn_ref) over rows x (B of them) into out, with its own buffers. */
+static void run_moe_with(kiln_pool *pool, moe_case *c, const float *x, int B, float *out, uint64_t *bytes_read,
+                         bool ref) {
     cpu_moe_buf b;
     const size_t n = cpu_moe_layout(&b, NULL, &c->d, NB);
     uint8_t *mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
@@ -129,10 +131,14 @@ static void run_moe(kiln_pool *pool, moe_case *c, const float *x, int B, float *
     size_t sb = cpu_matmul_scratch_bytes(c->type, E, NB);
     if (cpu_matmul_scratch_bytes(c->type, F, NB) > sb) sb = cpu_matmul_scratch_bytes(c->type, F, NB);
     void *scratch = aligned_alloc(64, (sb + 63) & ~(size_t)63);
-    cpu_moe_ffn(pool, &c->blk.ffn, x, B, out, &b, scratch);
+    (ref ? cpu_moe_ffn_ref : cpu_moe_ffn)(pool, &c->blk.ffn, x, B, out, &b, scratch);
     if (bytes_read) *bytes_read = b.expert_bytes_read;
     free(scratch);
     free(mem);
+}
+
+static void run_moe(kiln_pool *pool, moe_case *c, const float *x, int B, float *out, uint64_t *bytes_read) {
+    run_moe_with(pool, c, x, B, out, bytes_read, false);
 }
 
 static double rel_err(const float *got, const double *want, int n) {
@@ -187,6 +193,39 @@ TEST(cpu_moe_matches_scalar_reference_for_expert_types) {
         free_case(&c);
     }
     kiln_pool_close(pool);
+}
+
+/* The fused path equals the reference (per expert, three cpu_matmul calls) bit for bit, for a batch and
+ * for one row, on one thread and on three (the work items go to whichever thread is free). */
+TEST(cpu_moe_fused_equals_reference_bit_for_bit) {
+    kiln_formats_init();
+    static const uint32_t types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K,
+                                     KILN_TYPE_Q6_K};
+    static float x[NB * E], want[NB * E], got[NB * E];
+    static moe_case c;
+    for (int nt = 1; nt <= 3; nt += 2) {
+        kiln_pool *pool;
+        REQUIRE_OK(kiln_pool_open(nt, &pool));
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            make_case(&c, types[ti], 3000 + ti);
+            uint64_t rng = 31 + ti;
+            for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
+            for (int B = 1; B <= NB; B += NB - 1) {
+                uint64_t bytes_ref = 0, bytes = 0;
+                run_moe_with(pool, &c, x, B, want, &bytes_ref, true);
+                run_moe_with(pool, &c, x, B, got, &bytes, false);
+                int bad = -1;
+                for (int i = 0; i < B * E && bad < 0; i++)
+                    if (memcmp(&got[i], &want[i], sizeof(float))) bad = i;
+                CHECKF(bad < 0, "%s, %d threads, %d rows: fused != reference at row %d col %d (%.9g vs %.9g)",
+                       kiln_type_get(c.type)->name, nt, B, bad / E, bad % E, bad < 0 ? 0 : got[bad],
+                       bad < 0 ? 0 : want[bad]);
+                CHECK_EQ_INT(bytes, bytes_ref);
+            }
+            free_case(&c);
+        }
+        kiln_pool_close(pool);
+    }
 }
 
 /* Decode reads only the chosen experts: with every other expert's bytes set to 0xff (NaN scales and

@@ -1,14 +1,37 @@
-/* cpu_moe.c — the mixture-of-experts feed-forward on the CPU, rows grouped by expert (see cpu_moe.h). */
+/* cpu_moe.c — the mixture-of-experts feed-forward on the CPU: routing, grouping by expert, the fused
+ * two-run product and its reference (see cpu_moe.h). */
 #include "backend/cpu/cpu_moe.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_dot_rows.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_ops.h"
 #include "base/error.h"
+#include "formats/blocks.h"
+#include "formats/formats.h"
 
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
+/* weight rows per work item of the gate/up run, output columns per work item of the down run */
+#ifndef MOE_GATE_ROWS
+#define MOE_GATE_ROWS 32
+#endif
+#ifndef MOE_DOWN_COLS
+#define MOE_DOWN_COLS 32
+#endif
+/* batches of more rows than this take the prefill form of the down run: items (expert, column block),
+ * then the mix in a run of its own */
+#ifndef MOE_DECODE_ROWS
+#define MOE_DECODE_ROWS 4
+#endif
+#ifndef MOE_PREFILL_COLS
+#define MOE_PREFILL_COLS 256
+#endif
+/* below these, work runs on the calling thread: waking the pool costs more than it saves */
+#define MOE_SMALL_CONVERT (1 << 16) /* values converted */
+#define MOE_SMALL_WORK (1 << 16)    /* multiply-adds */
 
 static void *carve(uint8_t *base, size_t *off, size_t n) {
     size_t o = (*off + 63) & ~(size_t)63;
@@ -16,31 +39,54 @@ static void *carve(uint8_t *base, size_t *off, size_t n) {
     return base ? base + o : NULL;
 }
 
-size_t cpu_moe_layout(cpu_moe_buf *b, uint8_t *base, const kiln_blocks *d, int max_batch) {
-    memset(b, 0, sizeof *b);
+static kiln_type vdt(const kiln_weight *w) { return kiln_type_get(w->type)->vec_dot_type; }
+
+/* The sizes over every MoE block of d; returns whether some block converts x differently for gate and up. */
+static bool moe_dims(cpu_moe_buf *b, const kiln_blocks *d) {
+    bool two = false;
     for (int il = 0; il < d->n_block; il++) {
         const kiln_block_ffn *f = &d->blocks[il].ffn;
         if (f->kind != KILN_FFN_MOE) continue;
         b->max_expert = f->n_expert > b->max_expert ? f->n_expert : b->max_expert;
         b->max_used = f->n_expert_used > b->max_used ? f->n_expert_used : b->max_used;
         b->max_ff = f->n_ff > b->max_ff ? f->n_ff : b->max_ff;
+        const size_t qe = kiln_row_bytes(vdt(f->gate), (uint64_t)d->n_embd),
+                     qu = kiln_row_bytes(vdt(f->up), (uint64_t)d->n_embd),
+                     qf = kiln_row_bytes(vdt(f->down), (uint64_t)f->n_ff);
+        b->qrow_e = qe > b->qrow_e ? qe : b->qrow_e;
+        b->qrow_e = qu > b->qrow_e ? qu : b->qrow_e;
+        b->qrow_f = qf > b->qrow_f ? qf : b->qrow_f;
+        two |= vdt(f->gate) != vdt(f->up);
     }
+    return two;
+}
+
+size_t cpu_moe_layout(cpu_moe_buf *b, uint8_t *base, const kiln_blocks *d, int max_batch) {
+    memset(b, 0, sizeof *b);
+    const bool two = moe_dims(b, d);
     if (!b->max_expert) return 0;
     b->max_batch = max_batch;
     b->n_embd = d->n_embd;
     const size_t B = (size_t)max_batch, E = (size_t)d->n_embd, X = (size_t)b->max_expert, K = (size_t)b->max_used,
-                 F = (size_t)b->max_ff;
+                 F = (size_t)b->max_ff, BK = B * K;
     size_t off = 0;
     b->probs = carve(base, &off, B * X * 4);
-    b->ids = carve(base, &off, B * K * 4);
-    b->wts = carve(base, &off, B * K * 4);
+    b->ids = carve(base, &off, BK * 4);
+    b->wts = carve(base, &off, BK * 4);
     b->first = carve(base, &off, (X + 1) * 4);
-    b->entries = carve(base, &off, B * K * 4);
+    b->entries = carve(base, &off, BK * 4);
+    b->pos = carve(base, &off, BK * 4);
+    b->used = carve(base, &off, X * 4);
+    b->qg = carve(base, &off, BK * b->qrow_e);
+    b->qg_d = carve(base, &off, BK * (E / 32) * 4);
+    b->qg_up = two ? carve(base, &off, BK * b->qrow_e) : b->qg;
+    b->qg_up_d = two ? carve(base, &off, BK * (E / 32) * 4) : b->qg_d;
+    b->qh = carve(base, &off, BK * b->qrow_f);
+    b->qh_d = carve(base, &off, BK * (F / 32) * 4);
     b->xg = carve(base, &off, B * E * 4);
-    b->hg = carve(base, &off, B * F * 4);
-    b->hu = carve(base, &off, B * F * 4);
-    b->yd = carve(base, &off, B * E * 4);
-    b->yk = carve(base, &off, B * K * E * 4);
+    b->hg = carve(base, &off, BK * F * 4);
+    b->hu = carve(base, &off, BK * F * 4);
+    b->yk = carve(base, &off, BK * E * 4);
     return off;
 }
 
@@ -65,20 +111,245 @@ void cpu_moe_route(float *probs, int n_expert, int k, bool norm, int32_t *ids, f
     for (int j = 0; j < k; j++) w[j] /= sum;
 }
 
-/* Groups the (row, slot) entries by expert: first[e] .. first[e+1] are expert e's, rows ascending. */
-static void group_by_expert(cpu_moe_buf *b, int n_expert, int k, int B) {
+/* Groups the (row, slot) entries by expert: first[e] .. first[e+1] are expert e's, rows ascending; pos is
+ * the inverse and used lists the experts with entries. Returns their number. */
+static int group_by_expert(cpu_moe_buf *b, int n_expert, int k, int B) {
     int32_t *first = b->first;
     memset(first, 0, sizeof(int32_t) * (size_t)(n_expert + 1));
     for (int i = 0; i < B * k; i++) first[b->ids[i] + 1]++;
     for (int e = 0; e < n_expert; e++) first[e + 1] += first[e];
     /* fill with a moving cursor per expert (first[e] is advanced, then restored by shifting) */
-    for (int i = 0; i < B * k; i++) b->entries[first[b->ids[i]]++] = i;
+    for (int i = 0; i < B * k; i++) {
+        b->pos[i] = first[b->ids[i]]++;
+        b->entries[b->pos[i]] = i;
+    }
     for (int e = n_expert; e > 0; e--) first[e] = first[e - 1];
     first[0] = 0;
+    int n_used = 0;
+    for (int e = 0; e < n_expert; e++)
+        if (first[e + 1] > first[e]) b->used[n_used++] = e;
+    return n_used;
 }
 
-/* The rows routed to expert e through its three matrices; their weighted outputs go to yk. */
-static void run_expert(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int e, cpu_moe_buf *b,
+/* The router, the routing of every row and the grouping (both paths); counts the expert bytes to be read. */
+static int route_rows(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, cpu_moe_buf *b,
+                      void *mm_scratch) {
+    const int X = f->n_expert, k = f->n_expert_used;
+    KILN_ASSERT(f->kind == KILN_FFN_MOE && B >= 1 && B <= b->max_batch && X <= b->max_expert && k <= b->max_used &&
+                f->n_ff <= b->max_ff);
+    cpu_matmul(pool, f->router, x, B, b->probs, mm_scratch);
+    for (int t = 0; t < B; t++)
+        cpu_moe_route(b->probs + (size_t)t * X, X, k, f->norm_topk, b->ids + (size_t)t * k, b->wts + (size_t)t * k);
+    const int n_used = group_by_expert(b, X, k, B);
+    b->expert_bytes_read += (uint64_t)n_used * (f->gate->nbytes + f->up->nbytes + f->down->nbytes) / (uint64_t)X;
+    return n_used;
+}
+
+/* ---- the fused path ---- */
+
+/* One weight type's dot: the fast single dot and the multi-row kernel that reproduces it. */
+typedef struct moe_dot {
+    kiln_vec_dot_fn dot;
+    cpu_dot_rows_fn rows;
+    size_t wrow;      /* bytes of one weight row */
+    size_t wmat;      /* bytes of one expert's matrix */
+    bool q8_0;        /* the activations are Q8_0 (the multi-row kernel reads their scales as floats) */
+} moe_dot;
+
+static moe_dot moe_dot_of(const kiln_weight *w) {
+    const kiln_type_info *ti = kiln_type_get(w->type);
+    KILN_ASSERT(ti && ti->vec_dot);
+    moe_dot d = {.dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot, .wrow = kiln_row_bytes(w->type, w->ne[0]),
+                 .wmat = (size_t)(w->nbytes / w->ne[2]), .q8_0 = ti->vec_dot_type == KILN_TYPE_Q8_0};
+    d.rows = cpu_dot_rows_select(d.dot);
+    return d;
+}
+
+/* s[i * s_stride] = dot(weight row w, converted row y + i * y_stride) for i < ny: bit-identical to cpu_matmul's. */
+static void dot_entries(const moe_dot *d, int n, const uint8_t *w, const uint8_t *y, size_t y_stride, const float *yd,
+                        int ny, float *s, size_t s_stride) {
+    if (ny == 1) d->dot(n, s, w, y);
+    else d->rows(d->dot, n, w, y, y_stride, ny, d->q8_0 ? yd : NULL, s, s_stride);
+}
+
+/* Converts one row for a weight type's dot into q, and its Q8_0 block scales into qd (when Q8_0). */
+static void convert_row(uint32_t type, const float *x, int n, uint8_t *q, float *qd) {
+    kiln_quantize_row_for_dot(type, x, q, n);
+    if (kiln_type_get(type)->vec_dot_type != KILN_TYPE_Q8_0) return;
+    const block_q8_0 *blk = (const block_q8_0 *)q;
+    for (int ib = 0; ib < n / 32; ib++) qd[ib] = kiln_f16_to_f32(blk[ib].d);
+}
+
+typedef struct moe_job {
+    const kiln_block_ffn *f;
+    cpu_moe_buf *b;
+    const float *x;
+    float *out;
+    moe_dot gate, up, down;
+    int B, k, E, F, n_used, n_items, n_blk;
+    atomic_int next; /* the next work item to claim */
+} moe_job;
+
+/* Each row of x converted once (into the grouped position of its first slot), then copied to its other slots. */
+static void convert_x(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    cpu_moe_buf *b = j->b;
+    const int E = j->E, nd = E / 32;
+    const bool two = vdt(j->f->gate) != vdt(j->f->up);
+    const size_t sd = vdt(j->f->gate) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0,
+                 sdu = vdt(j->f->up) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0; /* scale bytes copied */
+    int lo, hi;
+    kiln_split(j->B, ith, nth, &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        const size_t p0 = (size_t)b->pos[t * j->k];
+        convert_row(j->f->gate->type, j->x + (size_t)t * E, E, b->qg + p0 * b->qrow_e, b->qg_d + p0 * nd);
+        if (two) convert_row(j->f->up->type, j->x + (size_t)t * E, E, b->qg_up + p0 * b->qrow_e, b->qg_up_d + p0 * nd);
+        for (int s = 1; s < j->k; s++) {
+            const size_t p = (size_t)b->pos[t * j->k + s];
+            memcpy(b->qg + p * b->qrow_e, b->qg + p0 * b->qrow_e, b->qrow_e);
+            memcpy(b->qg_d + p * nd, b->qg_d + p0 * nd, sd);
+            if (!two) continue;
+            memcpy(b->qg_up + p * b->qrow_e, b->qg_up + p0 * b->qrow_e, b->qrow_e);
+            memcpy(b->qg_up_d + p * nd, b->qg_up_d + p0 * nd, sdu);
+        }
+    }
+}
+
+/* Each entry's SwiGLU row converted for the down's dot. */
+static void convert_h(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    cpu_moe_buf *b = j->b;
+    int lo, hi;
+    kiln_split(j->B * j->k, ith, nth, &lo, &hi);
+    for (int p = lo; p < hi; p++)
+        convert_row(j->f->down->type, b->hg + (size_t)p * j->F, j->F, b->qh + (size_t)p * b->qrow_f,
+                    b->qh_d + (size_t)p * (j->F / 32));
+}
+
+/* Work item (u, blk): rows blk of chosen expert u's gate and up against all its entries, then their SwiGLU. */
+static void gate_up_item(moe_job *j, int u, int blk) {
+    cpu_moe_buf *b = j->b;
+    const int e = b->used[u], p0 = b->first[e], n = b->first[e + 1] - p0, E = j->E, F = j->F;
+    const int r0 = blk * MOE_GATE_ROWS, r1 = r0 + MOE_GATE_ROWS < F ? r0 + MOE_GATE_ROWS : F;
+    const uint8_t *G = (const uint8_t *)j->f->gate->data + (size_t)e * j->gate.wmat,
+                  *U = (const uint8_t *)j->f->up->data + (size_t)e * j->up.wmat;
+    const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = b->qg_up + (size_t)p0 * b->qrow_e;
+    const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = b->qg_up_d + (size_t)p0 * (E / 32);
+    float *hg = b->hg + (size_t)p0 * F, *hu = b->hu + (size_t)p0 * F;
+    for (int r = r0; r < r1; r++) {
+        dot_entries(&j->gate, E, G + (size_t)r * j->gate.wrow, qg, b->qrow_e, qgd, n, hg + r, (size_t)F);
+        dot_entries(&j->up, E, U + (size_t)r * j->up.wrow, qu, b->qrow_e, qud, n, hu + r, (size_t)F);
+    }
+    for (int i = 0; i < n; i++) cpu_swiglu(hg + (size_t)i * F + r0, hu + (size_t)i * F + r0, r1 - r0);
+}
+
+static void gate_up_run(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_job *j = ctx;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;)
+        gate_up_item(j, it / j->n_blk, it % j->n_blk);
+}
+
+/* Columns [c0, c1) of chosen experts [u0, u1)'s down against all their entries, into yk. */
+static void down_cols(moe_job *j, int u0, int u1, int c0, int c1) {
+    cpu_moe_buf *b = j->b;
+    const int E = j->E, F = j->F;
+    for (int u = u0; u < u1; u++) {
+        const int e = b->used[u], p0 = b->first[e], n = b->first[e + 1] - p0;
+        const uint8_t *D = (const uint8_t *)j->f->down->data + (size_t)e * j->down.wmat;
+        const uint8_t *qh = b->qh + (size_t)p0 * b->qrow_f;
+        const float *qhd = b->qh_d + (size_t)p0 * (F / 32);
+        for (int c = c0; c < c1; c++)
+            dot_entries(&j->down, F, D + (size_t)c * j->down.wrow, qh, b->qrow_f, qhd, n, b->yk + (size_t)p0 * E + c,
+                        (size_t)E);
+    }
+}
+
+/* Columns [c0, c1) of rows [t0, t1): their k expert outputs weighted and summed in the order of the
+ * choice (as llama.cpp adds them). */
+static void mix_cols(moe_job *j, int t0, int t1, int c0, int c1) {
+    const cpu_moe_buf *b = j->b;
+    const int E = j->E, k = j->k;
+    for (int t = t0; t < t1; t++) {
+        float *o = j->out + (size_t)t * E;
+        const float *y0 = b->yk + (size_t)b->pos[t * k] * E, w0 = b->wts[t * k];
+        for (int c = c0; c < c1; c++) o[c] = y0[c] * w0;
+        for (int s = 1; s < k; s++) {
+            const float *y = b->yk + (size_t)b->pos[t * k + s] * E, w = b->wts[t * k + s];
+            for (int c = c0; c < c1; c++) {
+                const float p = y[c] * w; /* rounded, then added: the reference's two steps */
+                o[c] += p;
+            }
+        }
+    }
+}
+
+/* Decode (few rows): work item blk = output columns blk of every chosen expert's down, then those columns
+ * of every row mixed, in the same run. */
+static void down_mix_run(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_job *j = ctx;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        const int c0 = it * MOE_DOWN_COLS, c1 = c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E;
+        down_cols(j, 0, j->n_used, c0, c1);
+        mix_cols(j, 0, j->B, c0, c1);
+    }
+}
+
+/* Prefill (many rows): work item (u, blk) = output columns blk of chosen expert u's down (each expert's
+ * matrix read in long runs); the mix follows in its own run. */
+static void down_run(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    moe_job *j = ctx;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+        const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_PREFILL_COLS;
+        down_cols(j, u, u + 1, c0, c0 + MOE_PREFILL_COLS < j->E ? c0 + MOE_PREFILL_COLS : j->E);
+    }
+}
+
+static void mix_run(void *ctx, int ith, int nth) {
+    moe_job *j = ctx;
+    int lo, hi;
+    kiln_split(j->B, ith, nth, &lo, &hi);
+    mix_cols(j, lo, hi, 0, j->E);
+}
+
+/* fn on the pool, or on the calling thread when the work is small. */
+static void run_maybe(kiln_pool *pool, kiln_pool_fn fn, moe_job *j, bool small) {
+    if (small) fn(j, 0, 1);
+    else kiln_pool_run(pool, fn, j);
+}
+
+void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, float *out, cpu_moe_buf *b,
+                 void *mm_scratch) {
+    const int n_used = route_rows(pool, f, x, B, b, mm_scratch);
+    KILN_ASSERT(vdt(f->gate) == vdt(f->up) || b->qg_up != b->qg);
+    moe_job j = {.f = f, .b = b, .x = x, .out = out, .gate = moe_dot_of(f->gate), .up = moe_dot_of(f->up),
+                 .down = moe_dot_of(f->down), .B = B, .k = f->n_expert_used, .E = b->n_embd, .F = f->n_ff,
+                 .n_used = n_used};
+    const int64_t n_entries = (int64_t)B * j.k, work = n_entries * j.F * j.E;
+    run_maybe(pool, convert_x, &j, (int64_t)B * j.E < MOE_SMALL_CONVERT);
+    j.n_blk = (j.F + MOE_GATE_ROWS - 1) / MOE_GATE_ROWS;
+    j.n_items = n_used * j.n_blk;
+    atomic_init(&j.next, 0);
+    run_maybe(pool, gate_up_run, &j, 2 * work < MOE_SMALL_WORK);
+    run_maybe(pool, convert_h, &j, n_entries * j.F < MOE_SMALL_CONVERT);
+    atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+    if (B <= MOE_DECODE_ROWS) {
+        j.n_items = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
+        run_maybe(pool, down_mix_run, &j, work < MOE_SMALL_WORK);
+        return;
+    }
+    j.n_blk = (j.E + MOE_PREFILL_COLS - 1) / MOE_PREFILL_COLS;
+    j.n_items = n_used * j.n_blk;
+    run_maybe(pool, down_run, &j, work < MOE_SMALL_WORK);
+    run_maybe(pool, mix_run, &j, n_entries * j.E < MOE_SMALL_CONVERT);
+}
+
+/* ---- the reference ---- */
+
+/* The rows routed to expert e through its three matrices; their weighted outputs go to yk (grouped order). */
+static void ref_expert(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int e, cpu_moe_buf *b,
                        void *mm_scratch) {
     const int E = b->n_embd, F = f->n_ff, k = f->n_expert_used;
     const int32_t *ent = b->entries + b->first[e];
@@ -86,34 +357,26 @@ static void run_expert(kiln_pool *pool, const kiln_block_ffn *f, const float *x,
     for (int i = 0; i < n; i++) memcpy(b->xg + (size_t)i * E, x + (size_t)(ent[i] / k) * E, sizeof(float) * (size_t)E);
     const kiln_weight gate = kiln_weight_matrix(f->gate, (uint64_t)e), up = kiln_weight_matrix(f->up, (uint64_t)e),
                       down = kiln_weight_matrix(f->down, (uint64_t)e);
+    float *yd = b->yk + (size_t)b->first[e] * E;
     cpu_matmul(pool, &gate, b->xg, n, b->hg, mm_scratch);
     cpu_matmul(pool, &up, b->xg, n, b->hu, mm_scratch);
     cpu_swiglu(b->hg, b->hu, n * F);
-    cpu_matmul(pool, &down, b->hg, n, b->yd, mm_scratch);
+    cpu_matmul(pool, &down, b->hg, n, yd, mm_scratch);
     for (int i = 0; i < n; i++) {
         const float w = b->wts[ent[i]];
-        float *dst = b->yk + (size_t)ent[i] * E;
-        const float *src = b->yd + (size_t)i * E;
-        for (int c = 0; c < E; c++) dst[c] = src[c] * w;
+        for (int c = 0; c < E; c++) yd[(size_t)i * E + c] *= w;
     }
-    b->expert_bytes_read += gate.nbytes + up.nbytes + down.nbytes;
 }
 
-void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, float *out, cpu_moe_buf *b,
-                 void *mm_scratch) {
-    const int E = b->n_embd, X = f->n_expert, k = f->n_expert_used;
-    KILN_ASSERT(f->kind == KILN_FFN_MOE && B >= 1 && B <= b->max_batch && X <= b->max_expert && k <= b->max_used &&
-                f->n_ff <= b->max_ff);
-    cpu_matmul(pool, f->router, x, B, b->probs, mm_scratch);
-    for (int t = 0; t < B; t++)
-        cpu_moe_route(b->probs + (size_t)t * X, X, k, f->norm_topk, b->ids + (size_t)t * k, b->wts + (size_t)t * k);
-    group_by_expert(b, X, k, B);
-    for (int e = 0; e < X; e++)
-        if (b->first[e + 1] > b->first[e]) run_expert(pool, f, x, e, b, mm_scratch);
+void cpu_moe_ffn_ref(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, float *out, cpu_moe_buf *b,
+                     void *mm_scratch) {
+    const int E = b->n_embd, k = f->n_expert_used;
+    const int n_used = route_rows(pool, f, x, B, b, mm_scratch);
+    for (int u = 0; u < n_used; u++) ref_expert(pool, f, x, b->used[u], b, mm_scratch);
     /* the k outputs of each row summed in the order of its choice, as llama.cpp adds them */
     for (int t = 0; t < B; t++) {
         float *o = out + (size_t)t * E;
-        memcpy(o, b->yk + (size_t)t * k * E, sizeof(float) * (size_t)E);
-        for (int j = 1; j < k; j++) cpu_add(o, b->yk + ((size_t)t * k + (size_t)j) * E, E);
+        memcpy(o, b->yk + (size_t)b->pos[t * k] * E, sizeof(float) * (size_t)E);
+        for (int j = 1; j < k; j++) cpu_add(o, b->yk + (size_t)b->pos[t * k + j] * E, E);
     }
 }

@@ -248,8 +248,7 @@ static __device__ __forceinline__ void matvec_prefetch(const mv_args &a, int pg)
     }
 }
 
-/* Pair groups whose weights a warp pulls into L2 ahead of the one it computes (more bytes in flight for
- * matrices with several groups per warp, such as the logits). */
+/* Pair groups whose weights a warp of a several-row matvec pulls into L2 ahead of the one it computes. */
 #define MV_AHEAD 4
 
 /* The number of input rows of a matvec (a.nr, read as 1 when unset), at most R. */
@@ -266,6 +265,41 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
     const int in_pad = (in + 15) & ~15;
     const bool norm = a.in_mode == MV_IN_NORM;
+    if (R > 1 && (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
+        (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
+        /* several rows: the same 16-byte loads of every row in flight together (rows past nr read row nr - 1
+         * and are dropped), each row's sum of squares in the order of the one-row loop below */
+        const int in4 = in >> 2;
+        float ss[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) ss[r] = 0.0f;
+        for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
+            const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            float4 v[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) v[r] = __ldcg((const float4 *)(a.x + (long long)(r < nr ? r : nr - 1) * a.x_stride) + i4);
+            const int i = 4 * i4;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float *xr = xs + r * 16 * NUP;
+                if (r < nr) {
+#define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
+                    XS(i) = v[r].x * w.x, XS(i + 1) = v[r].y * w.y, XS(i + 2) = v[r].z * w.z, XS(i + 3) = v[r].w * w.w;
+#undef XS
+                }
+                ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (norm) ss[r] = warp_sum(ss[r]);
+            if (norm && lane == 0 && r < nr) nred[r][warp] = ss[r];
+            float *xr = xs + r * 16 * NUP;
+            for (int i = in + tid; r < nr && i < in_pad; i += MV_THREADS) xr[(i & 15) * NUP + (i >> 4)] = 0.0f;
+        }
+        __syncthreads();
+        return;
+    }
 #pragma unroll
     for (int r = 0; r < R; r++) {
         if (r >= nr) break;
@@ -312,10 +346,11 @@ static __device__ __forceinline__ float matvec_scale(const mv_args &a, const flo
 }
 
 /* The epilogue of row r for the pair (r0, r1) (p: the pair's index; has1: r1 is a row) with its two dot
- * products d0, d1 (already scaled); y0, y1: the residual values (ADD); best_*: row r's running argmax. */
+ * products d0, d1 (already scaled); y0, y1: the residual values (ADD); pos, seq: row r's position and sequence
+ * (QKV); best_*: row r's running argmax. */
 static __device__ __forceinline__ void matvec_epilogue(const mv_args &a, int r, int r0, int r1, int p, bool has1,
-                                                       float d0, float d1, float y0, float y1, float &best_v,
-                                                       int &best_i) {
+                                                       float d0, float d1, float y0, float y1, int pos, int seq,
+                                                       float &best_v, int &best_i) {
     float *y = a.y + (long long)r * a.y_stride;
     switch (a.epi) {
     case MV_EPI_STORE:
@@ -330,8 +365,8 @@ static __device__ __forceinline__ void matvec_epilogue(const mv_args &a, int r, 
         y[p] = d0 / (1.0f + expf(-d0)) * d1;
         break;
     case MV_EPI_QKV: {
-        const int pos = a.pos[r], gr = a.row_offset + r0;
-        const long long kv_row = (a.seq ? (long long)a.seq[r] * a.seq_stride : 0) + (long long)pos * a.kv_dim;
+        const int gr = a.row_offset + r0;
+        const long long kv_row = (long long)seq * a.seq_stride + (long long)pos * a.kv_dim;
         if (gr < a.nq + a.nk) {
             const int i = (gr < a.nq ? gr : gr - a.nq) % a.head_dim;
             if (i < a.n_rot) {
@@ -417,8 +452,8 @@ static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block
 }
 
 /* One block's share of a decode matrix x nr vectors (nr = a.nr <= R) over `n_blocks` blocks (this is block
- * `block`): the weights' first rows are prefetched and the first step loaded before the previous kernel is
- * waited for (PDL; the next kernel may launch from then on), the prologue
+ * `block`): the weights' first rows are prefetched before the previous kernel is waited for (PDL; several
+ * rows also load their first step and let the next kernel launch before that wait), the prologue
  * builds the inputs in xs (dynamic shared memory of ck_matvec_smem_rows(in, nr) bytes); then the block's
  * pairs of rows, every weight value loaded once and applied to all nr inputs, and the epilogue of a.epi per
  * input row. Every thread of the block (MV_THREADS) calls it. Row r's arithmetic is the same whatever nr and
@@ -459,19 +494,24 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         load16<T>(w1, r1c, 16 * uc, rb[k]);                         \
     }
 
-    /* the weights do not depend on the previous kernel: before waiting for it, pull this warp's first
-     * MV_AHEAD pair groups into L2, let the next kernel launch, and load the first step into registers */
-    for (int i = 0; i < MV_AHEAD; i++) matvec_prefetch(a, block + i * n_blocks);
-    pdl_trigger();
+    /* The weights do not depend on the previous kernel, so their first pair group is pulled into L2 before
+     * waiting for it. One row stops there (main's order): loading the first step into registers before the
+     * wait, with L2 prefetches MV_AHEAD groups ahead and the next kernel let launch first, measured 7-8% slower
+     * decode on llama-3.2-1b (bench/RESULTS.md). Several rows (measured correct that way) do all of it. */
+    constexpr bool EARLY = R > 1;
+    for (int i = 0; i < (EARLY ? MV_AHEAD : 1); i++) matvec_prefetch(a, block + i * n_blocks);
     raw16<T> ra[UN], rb[UN];
-    {
+    if constexpr (EARLY) {
+        pdl_trigger();
         MV_ROWS_OF(block)
         (void)valid;
         if (ub + lane < ue) MV_LOAD_STEP(ub + lane, ra, rb)
+        pdl_wait();
+    } else {
+        pdl_wait_then_trigger();
     }
-    pdl_wait();
     matvec_input<R>(a, NUP, xs, nred);
-    bool first = true; /* the step in ra, rb is the first one */
+    bool first = EARLY; /* the step in ra, rb is the first one */
 
     float best_v[R];
     int best_i[R];
@@ -480,7 +520,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
 
     for (int pg = block; pg * ppb < n_pairs; pg += n_blocks) { /* the same trip count in every warp */
         MV_ROWS_OF(pg)
-        matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
+        if (EARLY) matvec_prefetch(a, pg + MV_AHEAD * n_blocks);
         const bool has1 = r1 < out;
         const bool lead = valid && ks == 0 && lane == 0; /* the thread that finishes this pair */
         float acc0[R], acc1[R], y0[R], y1[R];
@@ -502,9 +542,8 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         float v0[16], v1[16], s0, b0, s1, b1;                                   \
         convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
         convert16<T>(rb[k], 16 * uc, v1, s1, b1);                               \
-        _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
-            if (r >= nr) break;                                                 \
-            const float *xp = xs + r * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
+        _Pragma("unroll") for (int r = 0; r < R; r++) { /* rows past nr: dropped */ \
+            const float *xp = xs + (r < nr ? r : nr - 1) * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
             float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                              \
             _Pragma("unroll") for (int i = 0; i < 16; i++) {                   \
                 const float xv = xp[i * NUP];                                   \
@@ -525,8 +564,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         }
 #undef MV_DOT_STEP
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= nr) break;
+        for (int r = 0; r < R; r++) { /* every row without a branch, so that the rows' shuffles interleave */
             acc0[r] = warp_sum(acc0[r]);
             acc1[r] = warp_sum(acc1[r]);
         }
@@ -544,12 +582,19 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
             __syncthreads();
         }
         if (!lead) continue;
+        int pos[R], seq[R]; /* QKV: every row's position and sequence, loaded together */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bool qkv = a.epi == MV_EPI_QKV && r < nr;
+            pos[r] = qkv ? a.pos[r] : 0;
+            seq[r] = qkv && a.seq ? a.seq[r] : 0;
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= nr) break;
             const float scale = matvec_scale(a, nred[r]);
-            matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], best_v[r],
-                            best_i[r]);
+            matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], pos[r], seq[r],
+                            best_v[r], best_i[r]);
         }
     }
 #undef MV_ROWS_OF

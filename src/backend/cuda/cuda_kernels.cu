@@ -1,6 +1,6 @@
 /*
  * cuda_kernels.cu — every kernel of the CUDA backend and its host launcher; the device building blocks live in cuda_device.cuh:
- *   k_matvec<T, R> decode matrix x vector, R = 1 or up to CK_MV_MAX_ROWS rows (matvec_block: its prologue
+ *   k_matvec<T, R> decode matrix x vector, one row (R = 1) or up to R = 2, 4, 8 rows (matvec_block: its prologue
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
  *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
@@ -304,7 +304,9 @@ static const struct {
     const char *name;
 } kernel_table[] = {
 #define MV_ENTRY(T) {(const void *)k_matvec<T, 1>, "matvec<" #T ">"}, \
-                    {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec_rows<" #T ">"},
+                    {(const void *)k_matvec<T, 2>, "matvec2<" #T ">"},   \
+                    {(const void *)k_matvec<T, 4>, "matvec4<" #T ">"},   \
+                    {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"},
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
@@ -341,13 +343,12 @@ int ck_matvec_max_rows(int n, size_t smem_limit) {
 
 cudaError_t ck_set_matvec_smem(size_t bytes) {
     cudaError_t e = cudaSuccess;
-#define MV_ATTR(T)                                                                                               \
-    if (e == cudaSuccess)                                                                                        \
-        e = cudaFuncSetAttribute(k_matvec<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);      \
-    if (e == cudaSuccess)                                                                                        \
-        e = cudaFuncSetAttribute(k_matvec<T, CK_MV_MAX_ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#define MV_ATTR1(T, R)                                                                                           \
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_matvec<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#define MV_ATTR(T) MV_ATTR1(T, 1) MV_ATTR1(T, 2) MV_ATTR1(T, 4) MV_ATTR1(T, CK_MV_MAX_ROWS)
     KTYPES(MV_ATTR)
 #undef MV_ATTR
+#undef MV_ATTR1
     return e;
 }
 
@@ -380,8 +381,17 @@ int ck_matvec_plan(mv_args &a, int n_sm) {
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
     const size_t smem = ck_matvec_smem_rows(a.w0.in, a.nr);
-    if (a.nr > 1) {
+    /* several rows: the kernel for the next power of two (its rows past nr are computed and dropped) */
+    if (a.nr > 4) {
 #define L(T) launch(k_matvec<T, CK_MV_MAX_ROWS>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
+        DISPATCH(a.w0.type, L)
+#undef L
+    } else if (a.nr > 2) {
+#define L(T) launch(k_matvec<T, 4>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
+        DISPATCH(a.w0.type, L)
+#undef L
+    } else if (a.nr == 2) {
+#define L(T) launch(k_matvec<T, 2>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
         DISPATCH(a.w0.type, L)
 #undef L
     } else {

@@ -43,12 +43,15 @@ struct dev_weight {
  * Rows (continuous batching): input row r is x + r * x_stride (n = w0.in floats); its outputs are
  * y + r * y_stride (STORE / ADD / SWIGLU / LOGITS, and q_out + r * y_stride for QKV). QKV: row r rotates at
  * position pos[r] and appends K/V at k_cache / v_cache + seq[r] * seq_stride + pos[r] * kv_dim (seq == NULL:
- * every row in the cache given, as one sequence). LOGITS: row r's argmax goes to arg_out[r]; arg_val /
- * arg_idx hold nr * n_blocks partials. Row r's results are bit-identical to a 1-row call on that row.
+ * every row in the cache given, as one sequence); with cuda_backend.cu's cache layout (n_seq, n_layer, n_ctx,
+ * kv_dim) that is k_cache = kc + il * n_ctx * kv_dim (sequence 0's layer il), seq_stride = n_layer * n_ctx *
+ * kv_dim. LOGITS: row r's argmax goes to arg_out[r]; arg_val / arg_idx hold nr * n_blocks partials (size them
+ * for nr times the largest grid). Row r's results are bit-identical to a 1-row call on that row.
  * With nr = 0 or 1 (mv_base leaves it 0) it is the single-row call; strides are then unused.
  * Shared memory: ck_matvec_smem_rows(in, nr) bytes, so a session that launches nr rows raises the limit once
  * at open with ck_set_matvec_smem(ck_matvec_smem_rows(widest in, nr)); ck_matvec_max_rows says how many
- * rows fit. Grid: ck_matvec_plan (independent of nr). */
+ * rows fit. Grid: ck_matvec_plan (independent of nr). The weights must be complete before the launch (they are
+ * read before the kernel's PDL wait: several rows load their first step there, one row prefetches it to L2). */
 #define CK_MV_MAX_ROWS 8
 enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1 };
 enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
@@ -128,7 +131,8 @@ cudaError_t ck_set_matvec_smem(size_t bytes);
 void ck_set_pdl(bool on);
 bool ck_pdl_on(void);
 
-/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; 2..CK_MV_MAX_ROWS rows: k_matvec<T, 8>). */
+/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows: k_matvec<T, R> for R = 2, 4 or 8, the
+ * smallest R >= nr). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 /* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
 int ck_matvec_plan(mv_args &a, int n_sm);

@@ -1,7 +1,8 @@
 /*
  * cuda_testing.cu — single kernels run on test data for the GPU tests (kiln_cuda_test_* in cuda_api.h): a
- * matvec, a GEMM, attention, the MoE feed-forward, the device sampler. Linked into the test binaries only,
- * never into libkiln.
+ * matvec (one row, or several rows with any epilogue), a GEMM, attention, the MoE feed-forward, the device
+ * sampler; and the matvec microbenchmark (kiln_cuda_bench_matvec). Linked into the test binaries only, never
+ * into libkiln.
  */
 #include <math.h>
 #include <stdio.h>
@@ -74,6 +75,8 @@ static kiln_status tb_weight(test_bufs *b, uint32_t type, const void *w, int in,
     const int qlen = type == CK_Q8_0 ? 32 : type == CK_Q4_0 ? 16 : 208;
     ck_repack(raw, (long long)out * dw->d_per_row, bb, doff, qoff, qlen, q, d, b->st);
     dw->q = q, dw->d = d;
+    /* complete before any matvec: it may read weights before its PDL wait (they never change in a session) */
+    CU_TRY(cudaStreamSynchronize(b->st), "weight repack");
     return KILN_OK;
 }
 
@@ -443,6 +446,10 @@ static kiln_status bench_setup(const kiln_cuda_mv_bench *mb, bench_case *c) {
     kiln_cuda_device_info di;
     kiln_cuda_probe(&di);
     const size_t smem = ck_matvec_smem_rows(in, mb->nr);
+    int smem_max = 0;
+    TB_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory limit");
+    if (st == KILN_OK && smem > (size_t)smem_max)
+        return kiln_fail(KILN_ERR_UNSUPPORTED, "cuda bench: %d rows of %d need %zu bytes of shared memory", nr, in, smem);
     if (smem > 48 * 1024) TB_TRY(ck_set_matvec_smem(smem), "matvec shared memory");
     c->nb = ck_matvec_plan(a, di.n_sm);
     if (st == KILN_OK && c->nb > BENCH_MAX_BLOCKS) st = kiln_fail(KILN_ERR_INVALID_ARG, "cuda bench: %d blocks", c->nb);
