@@ -2,7 +2,8 @@
  * test_batch.c — many sequences in one session (kiln_batch, kiln_seq_*): a sequence's logits inside a
  * mixed batch equal its logits alone bit for bit, greedy ids of four prompts in one batch equal each alone
  * (and llama.cpp's where a reference exists), every error names its row and changes nothing, a prefill
- * whose later chunk fails leaves the sequence as it was, and the first-call gate over batch calls.
+ * whose later chunk fails leaves the sequence as it was, and the first-call gate over batch calls; on CUDA
+ * (skipped without a GPU) decode steps of many sequences against each alone and the gate over every bucket.
  */
 #include "test.h"
 
@@ -237,5 +238,139 @@ TEST(batch_errors_name_the_row_and_change_nothing) {
     CHECK_EQ_INT(kiln_seq_n_past(s, 1), 14);
     kiln_session_close(s);
     kiln_session_close(control);
+    kiln_model_close(m);
+}
+
+/* ---- on CUDA: decode steps of several sequences replay one graph per bucket of rows */
+
+#include "test_gpu.h"
+
+#define CSEQ 10
+#define CSTEPS 24
+
+/* The rows of step g: all ten sequences (bucket 10), nine of them (bucket 10 with a padding row), three
+ * (bucket 4 with a padding row), one (the one-row matvec graph). */
+static int active_of(int g, int *seqs) {
+    static const int sets[4][CSEQ] = {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {9, 0, 2, 4, 6, 8, 1, 3, 5}, {4, 0, 2}, {7}};
+    static const int sizes[4] = {10, 9, 3, 1};
+    for (int i = 0; i < sizes[g % 4]; i++) seqs[i] = sets[g % 4][i];
+    return sizes[g % 4];
+}
+
+/* Ten sequences on CUDA (buckets 1, 2, 4, 8, 10), prefilled, then CSTEPS steps of changing subsets (with
+ * padding rows); each sequence alone in a one-sequence CUDA session, fed the same ids, gives logits with cosine >=
+ * 0.9999 at every step and the same greedy ids (a difference is accepted only at a near-tie of the alone run:
+ * top-2 gap < 1e-3 of the logits' range). */
+static void cuda_rows_equal_alone(const char *rel) {
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
+    const int V = m->hp.n_vocab;
+    kiln_session *s;
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 96, .max_batch = 16, .n_seq = CSEQ,
+                                                             .device = KILN_DEVICE_CUDA}, &s));
+    static const int plen[CSEQ] = {7, 5, 9, 3, 12, 1, 8, 2, 11, 6};
+    int32_t prompts[CSEQ][16], fed[CSEQ][CSTEPS + 1];
+    int n_fed[CSEQ] = {0};
+    float *got = malloc(sizeof(float) * (size_t)V * CSEQ * (CSTEPS + 1)), *want = malloc(sizeof(float) * V);
+    for (int q = 0; q < CSEQ; q++) {
+        prompt_of(q, plen[q], V, prompts[q]);
+        const float *lg;
+        REQUIRE_OK(kiln_seq_prefill(s, q, prompts[q], (size_t)plen[q], &lg));
+        memcpy(got + (size_t)q * (CSTEPS + 1) * V, lg, sizeof(float) * V);
+        fed[q][n_fed[q]++] = test_argmax(lg, V);
+    }
+    for (int g = 0; g < CSTEPS; g++) {
+        int seqs[CSEQ];
+        const int k = active_of(g, seqs);
+        kiln_batch_row rows[CSEQ];
+        kiln_batch_output out[CSEQ];
+        for (int i = 0; i < k; i++) rows[i] = (kiln_batch_row){.seq = seqs[i], .id = fed[seqs[i]][n_fed[seqs[i]] - 1],
+                                                                .out = KILN_OUT_LOGITS};
+        size_t n_out;
+        REQUIRE_OK(kiln_batch(s, rows, (size_t)k, out, CSEQ, &n_out));
+        REQUIRE(n_out == (size_t)k);
+        for (int i = 0; i < k; i++) {
+            const int q = seqs[i];
+            CHECKF(out[i].id == test_argmax(out[i].logits, V), "%s step %d seq %d: device argmax %d, logits' %d", rel, g,
+                   q, out[i].id, test_argmax(out[i].logits, V));
+            memcpy(got + ((size_t)q * (CSTEPS + 1) + n_fed[q]) * V, out[i].logits, sizeof(float) * V);
+            fed[q][n_fed[q]++] = out[i].id;
+        }
+    }
+    double worst = 1.0;
+    for (int q = 0; q < CSEQ; q++) {
+        kiln_session *a;
+        REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 96, .device = KILN_DEVICE_CUDA}, &a));
+        const float *lg;
+        REQUIRE_OK(kiln_prefill(a, prompts[q], (size_t)plen[q], &lg));
+        for (int j = 0; j < n_fed[q]; j++) {
+            if (j > 0) REQUIRE_OK(kiln_decode(a, fed[q][j - 1], &lg));
+            memcpy(want, lg, sizeof(float) * V);
+            const float *gl = got + ((size_t)q * (CSTEPS + 1) + j) * V;
+            const double cs = test_cosine(want, gl, V);
+            worst = cs < worst ? cs : worst;
+            CHECKF(cs >= 0.9999, "%s seq %d step %d: cosine %.6f in the batch against alone", rel, q, j, cs);
+            const int aw = test_argmax(want, V), ag = test_argmax(gl, V);
+            if (aw != ag) {
+                float lo = want[0], hi = want[0];
+                for (int v = 1; v < V; v++) lo = want[v] < lo ? want[v] : lo, hi = want[v] > hi ? want[v] : hi;
+                CHECKF(want[aw] - want[ag] < 1e-3f * (hi - lo), "%s seq %d step %d: greedy id %d in the batch, %d alone",
+                       rel, q, j, ag, aw);
+            }
+        }
+        kiln_session_close(a);
+    }
+    printf("  %s: worst cosine batch vs alone %.7f over %d sequences\n", rel, worst, CSEQ);
+    free(got);
+    free(want);
+    kiln_session_close(s);
+    kiln_model_close(m);
+}
+
+TEST(batch_cuda_rows_of_many_sequences_equal_each_alone) {
+    if (!test_gpu_ready()) return;
+    for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) cuda_rows_equal_alone(MODELS[i]);
+}
+
+/* The first-call contract on CUDA over every bucket: after open, decode steps of 1..n_seq rows (each bucket,
+ * with and without padding rows), logits and argmax, a mixed prefill + decode call: no heap call, no device
+ * allocation, module load or graph capture. */
+TEST(batch_cuda_gates_every_bucket_nothing_allocated_loaded_or_captured) {
+    if (!test_gpu_ready()) return;
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared(MODELS[1]), &m));
+    enum { NS = 12 }; /* buckets 1, 2, 4, 8, 12: 3, 5..7, 9..11 rows padded */
+    kiln_session *s;
+    REQUIRE_OK(kiln_session_open(m, &(kiln_session_options){.n_ctx = 128, .max_batch = 32, .n_seq = NS,
+                                                             .device = KILN_DEVICE_CUDA}, &s));
+    int32_t prompt[13];
+    prompt_of(0, 13, m->hp.n_vocab, prompt);
+    kiln_batch_row rows[32];
+    kiln_batch_output out[NS];
+    const uint64_t before = test_heap_calls();
+    for (int q = 0; q < NS; q++) REQUIRE_OK(kiln_seq_prefill(s, q, prompt, 5, NULL));
+    for (int round = 0; round < 2; round++)
+        for (int k = 1; k <= NS; k++) {
+            for (int q = 0; q < k; q++)
+                rows[q] = (kiln_batch_row){.seq = (q + round) % NS, .id = 5 + q,
+                                           .out = (q + round) % 2 ? KILN_OUT_LOGITS : KILN_OUT_ARGMAX};
+            REQUIRE_OK(kiln_batch(s, rows, (size_t)k, out, NS, NULL));
+        }
+    size_t n = 0;
+    for (int q = 0; q < 3; q++) rows[n++] = (kiln_batch_row){.seq = q, .id = 9, .out = KILN_OUT_ARGMAX};
+    for (int i = 0; i < 9; i++) rows[n++] = (kiln_batch_row){.seq = 7, .id = prompt[i], .out = i == 8 ? KILN_OUT_LOGITS : 0};
+    REQUIRE_OK(kiln_batch(s, rows, n, out, NS, NULL));
+    const uint64_t calls = test_heap_calls() - before;
+    kiln_stats st;
+    kiln_session_stats(s, &st);
+    printf("  after open: heap calls %llu, host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu\n",
+           (unsigned long long)calls, (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
+           (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures);
+    CHECK_EQ_INT(calls, 0);
+    CHECK_EQ_INT(st.host_allocs, 0);
+    CHECK_EQ_INT(st.device_allocs, 0);
+    CHECK_EQ_INT(st.module_loads, 0);
+    CHECK_EQ_INT(st.graph_captures, 0);
+    kiln_session_close(s);
     kiln_model_close(m);
 }

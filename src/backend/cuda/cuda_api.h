@@ -65,28 +65,21 @@ void kiln_cuda_set_use_graph(void *state, bool use_graph);
  * non-NULL the input is RMSNorm(x) * norm_w (eps 1e-5) as in the decode path. */
 kiln_status kiln_cuda_test_matvec(uint32_t type, const void *w, int in, int out, const float *x, const float *norm_w,
                                   float *y);
-/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16). */
-kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, float *y);
+/* Y[t][r] = sum_k W[r][k] * X[t][k] for t < n_tok through the prefill path (X rounded to F16), its k range
+ * split over ks blocks (1: not split). */
+kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok, int ks,
+                                float *y);
 /* Causal attention of n_tok queries at positions pos0.. over keys 0..pos0+t (K, V: n_keys x n_head_kv*hd),
- * q: n_tok x n_head*hd, out like q. split: true runs the decode path (split across blocks, the last block
- * combining; n_tok must be 1), false the prefill path. */
+ * q: n_tok x n_head*hd, out like q, through the prefill kernel. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
-                                     int head_dim, int pos0, int n_tok, bool split, float *out);
-/* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
- * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
- * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
- * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
-kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
-                               const float *router, const void *gate, const void *up, const void *down,
-                               const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
-                               float *wts, float *y);
-
-/* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
- * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
- * stays as it was for a spec of mode KILN_SPEC_NONE. */
-struct kiln_sample_spec;
-kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
-                                  int32_t *ids);
+                                     int head_dim, int pos0, int n_tok, float *out);
+/* The decode kernel over n_rows rows of one step: row r is the query q[r] (n_head*hd) at position pos[r] of
+ * sequence seq[r], over keys 0..pos[r] of that sequence (K, V: n_seqs x n_ctx x n_head_kv*hd, n_seqs the
+ * largest seq + 1); pos[r] < 0 is a padding row (output zeros). n_split splits (0: what the backend picks for
+ * n_rows rows), output as float or (half_out) as half; the kernel runs twice (its counters must reset). */
+kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
+                                          int head_dim, int n_ctx, int n_rows, const int *seq, const int *pos,
+                                          int n_split, bool half_out, float *out);
 
 /* The decode matvec over nr input rows (1..8) with any epilogue (kind: KILN_MVB_*), as a continuous batch
  * launches it. w: GGUF rows of `type` (out x in); SWIGLU: w = gate, w1 = up, y receives silu(gate) * up.
@@ -130,6 +123,21 @@ typedef struct kiln_cuda_mv_bench {
     uint64_t hash;             /* out */
 } kiln_cuda_mv_bench;
 kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
+/* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
+ * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
+ * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
+ * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+                               const float *router, const void *gate, const void *up, const void *down,
+                               const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
+                               float *wts, float *y);
+
+/* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
+ * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
+ * stays as it was for a spec of mode KILN_SPEC_NONE. */
+struct kiln_sample_spec;
+kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
+                                  int32_t *ids);
 
 #endif /* KILN_HAVE_CUDA */
 

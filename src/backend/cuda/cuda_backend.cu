@@ -1,21 +1,22 @@
 /*
  * cuda_backend.cu — the CUDA backend (backend.h) and the facts behind `kiln info`.
  *
- * Open does everything once: context, one device arena (weights + F16 KV cache for n_ctx + activations
- * + logits), the upload of every weight from the map through a pinned double-buffered staging area
- * (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture
- * of the decode step as one CUDA graph per sequence (each appends to its sequence's cache) that reads the
- * token id and position from device memory, and a device warm pass. After open nothing is allocated,
- * loaded or captured.
+ * Open does everything once: context, one device arena (weights + F16 KV cache of n_ctx positions per sequence
+ * + activations + logits), the upload of every weight from the map through a pinned double-buffered staging
+ * area (repacked or converted on the way, see cuda_kernels.cuh), an eager load of every kernel, the capture of
+ * the decode step as one CUDA graph per bucket of rows (1, 2, 4, ... up to min(n_seq, max_batch)), and a
+ * device warm pass that replays every graph. After open nothing is allocated, loaded or captured.
  *
- * Decode (one row): one graph replay (host->device copy of id/pos and the row's sampling spec, the kernels,
- * the device sampler of cuda_sample.cu, device->host copy of the argmax or the sampled id); logits come back
- * only when asked for. The graph holds the decode kernels one by one, chained by programmatic dependent
- * launch (sm_90+); a row that is not sampled runs the sampler with a spec of mode NONE (it returns at once). Any other batch (a prefill, rows
- * of several sequences): the prefill kernels launched eagerly (all loaded and warmed at open), tensor-core
- * GEMMs over all rows, causal attention per run of one sequence's rows. A mixture-of-experts layer's
- * feed-forward (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in both paths.
- * The test entry points are in cuda_testing.cu (test binaries only).
+ * A decode step (rows of distinct sequences): its rows (id, sequence, position; padding rows at position -1
+ * up to the bucket) in one host->device copy, the bucket's graph (one row: matvecs with fused epilogues; more:
+ * split-K tensor-core GEMMs over all rows; attention in one launch over all rows), the output stage
+ * (launch_outputs: logits, the argmax of every row, the device sampler of cuda_sample.cu over the rows that
+ * are sampled, one copy back of each row's id), logits copied for the rows that ask.
+ * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
+ * one sequence): the same kernels launched eagerly (all loaded and warmed at open), attention per run of one
+ * sequence's rows, the same output stage over the output rows. A mixture-of-experts layer's feed-forward
+ * (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in every path. The test entry
+ * points are in cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -45,6 +46,11 @@ extern "C" {
 #endif
 
 #define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
+#define CK_MAX_BUCKETS 16                /* decode-step sizes 1..8, then 16, 32, ..., 256 */
+/* The most rows of a decode step that run the multi-row matvecs. Measured on the H200 (smollm2-135m Q8_0, 4
+ * rows): 2.43 ms per step through k_matvec<T, 8>, 1.72 ms through the split-K GEMMs; so 1 (the one-row
+ * matvecs) until the multi-row matvec is the faster one. */
+#define STEP_MV_ROWS 1
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -71,9 +77,17 @@ typedef struct cuda_state {
     int n_sm;
     cudaStream_t stream;
     cudaEvent_t stage_ev[2];
-    cudaGraph_t *graphs;       /* n_seq decode graphs: graph q appends to sequence q's cache */
-    cudaGraphExec_t *gexecs;
-    int cur_seq;               /* the sequence whose cache the decode and prefill pieces address */
+    /* decode steps: one graph per bucket of R rows (1, 2, 4, ... up to max_step), each reading its rows'
+     * (id, sequence, position) from device memory */
+    int n_buckets, bucket[CK_MAX_BUCKETS], att_split[CK_MAX_BUCKETS];
+    cudaGraph_t graphs[CK_MAX_BUCKETS];
+    cudaGraphExec_t gexecs[CK_MAX_BUCKETS];
+    int max_step;              /* most rows of a decode step: min(n_seq, max_batch) */
+    int mv_rows;               /* steps of up to this many rows run the multi-row matvecs (one bucket per size);
+                                * larger ones the GEMMs (buckets 2^k, padded) */
+    int max_rows_out;          /* most output rows of one call: max(max_step, max_out) */
+    uint8_t *seen;             /* n_seq flags: which sequences a call's rows touch (decode-step test) */
+    int cur_seq;               /* the sequence whose cache the eager prefill pieces address */
     bool use_graph;
     bool pdl;           /* programmatic dependent launch for this session's kernels */
     int graph_nodes, graph_pdl_edges;
@@ -93,12 +107,14 @@ typedef struct cuda_state {
     float *output_norm;
 
     /* dimensions */
-    int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad, n_split;
+    int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad;
+    long long seq_stride;  /* halves between two sequences' caches: n_layer * n_ctx * KV */
     bool qkv_post;      /* biases, Q/K norm or NEOX RoPE: Q/K/V go through ck_qkv_post after their matmul */
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
-    int *arg_idx, *arg_out, *params, *ids;
+    float *gwork;       /* split-K partials of the decode steps' GEMMs */
+    int *arg_idx, *arg_rows, *rows, *ids;  /* rows: ids | seqs | positions of a decode step (max_step each) */
     unsigned *counter, *att_counters;
     int max_mv_blocks;
     moe_scratch moe;   /* the MoE layers' routing and expert buffers (cuda_moe.cuh) */
@@ -106,10 +122,9 @@ typedef struct cuda_state {
     /* pinned host memory */
     uint8_t *pinned;
     uint8_t *h_stage[2];
-    int *h_params, *h_ids, *h_argmax;
-    float *h_logits;
-    kiln_sample_spec *h_spec, *d_spec; /* max_out specs of the rows sampled on the device (pinned, device) */
-    int *d_sample_scratch;             /* max_out x n_vocab ids: the device sampler's candidates */
+    int *h_rows, *h_ids, *h_argmax;
+    kiln_sample_spec *h_spec, *d_spec; /* a spec per output row (pinned, device): mode NONE unless sampled */
+    int *d_sample_scratch;             /* max_rows_out x n_vocab ids: the device sampler's candidates */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -380,79 +395,107 @@ static kiln_status plan_weights(cuda_state *s, uint8_t *base, size_t *off) {
     return KILN_OK;
 }
 
+static size_t gemm_work_floats(const cuda_state *s);
+
 /* Activations, KV cache, logits and parameters; with base == NULL only sums. */
 static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     const kiln_hparams *hp = &s->m->hp;
-    const size_t B = (size_t)s->cfg.max_batch, C = (size_t)s->cfg.n_ctx;
-    const size_t NS = (size_t)s->cfg.n_seq;
+    const size_t B = (size_t)s->cfg.max_batch, C = (size_t)s->cfg.n_ctx, M = (size_t)s->max_step;
+    const size_t NS = (size_t)s->cfg.n_seq, NO = (size_t)s->max_rows_out;
+    size_t n_part = 0; /* attention partials of the largest bucket */
+    for (int b = 0; b < s->n_buckets; b++) {
+        const size_t p = (size_t)s->bucket[b] * s->att_split[b];
+        n_part = p > n_part ? p : n_part;
+    }
     s->kc = (__half *)carve(base, off, NS * hp->n_layer * C * s->KV * 2);
     s->vc = (__half *)carve(base, off, NS * hp->n_layer * C * s->KV * 2);
     s->x = (float *)carve(base, off, B * s->E * 4);
     s->qkv = (float *)carve(base, off, B * s->NQKV * 4);
     s->g = (float *)carve(base, off, B * s->F * 4);
     s->u = (float *)carve(base, off, B * s->F * 4);
-    s->hvec = (float *)carve(base, off, (size_t)s->F * 4);
+    s->hvec = (float *)carve(base, off, (size_t)s->mv_rows * s->F * 4);
     s->xh = (__half *)carve(base, off, B * s->Epad * 2);
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
     cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, base, off);
-    s->part = (float *)carve(base, off, (size_t)s->n_split * hp->n_head * (hp->head_dim + 2) * 4);
-    s->attn_f = (float *)carve(base, off, (size_t)s->Q * 4);
-    s->att_counters = (unsigned *)carve(base, off, (size_t)hp->n_head_kv * 4);
-    s->logits = (float *)carve(base, off, (size_t)s->V * 4);
-    s->arg_val = (float *)carve(base, off, (size_t)s->max_mv_blocks * 4);
-    s->arg_idx = (int *)carve(base, off, (size_t)s->max_mv_blocks * 4);
+    s->part = (float *)carve(base, off, n_part * hp->n_head * (hp->head_dim + 2) * 4);
+    s->attn_f = (float *)carve(base, off, (size_t)s->mv_rows * s->Q * 4);
+    s->att_counters = (unsigned *)carve(base, off, M * hp->n_head_kv * 4);
+    s->logits = (float *)carve(base, off, NO * s->V * 4);
+    s->arg_val = (float *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
+    s->arg_idx = (int *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
     s->counter = (unsigned *)carve(base, off, 4);
-    s->arg_out = (int *)carve(base, off, 4);
-    s->params = (int *)carve(base, off, 16);
-    s->ids = (int *)carve(base, off, B * 4);
-    s->d_spec = (kiln_sample_spec *)carve(base, off, (size_t)s->cfg.max_out * sizeof(kiln_sample_spec));
-    s->d_sample_scratch = (int *)carve(base, off, (size_t)s->cfg.max_out * s->V * 4);
+    s->arg_rows = (int *)carve(base, off, NO * 4);
+    s->rows = (int *)carve(base, off, 3 * M * 4);
+    s->ids = (int *)carve(base, off, (B + NO) * 4);
+    s->d_spec = (kiln_sample_spec *)carve(base, off, NO * sizeof(kiln_sample_spec));
+    s->d_sample_scratch = (int *)carve(base, off, NO * s->V * 4);
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
+    s->gwork = (float *)carve(base, off, gemm_work_floats(s) * 4);
 }
 
 /* ------------------------------------------------------------------ forward pieces */
 
 static int mv_blocks(const cuda_state *s, mv_args &a) { return ck_matvec_plan(a, s->n_sm); }
 
-/* RMSNorm + the logits of the row x (n_embd floats) and their argmax. */
-static mv_args logits_args(const cuda_state *s, const float *x) {
-    mv_args a = mv_base();
-    a.w0 = s->output;
-    a.pair = MV_PAIR_ADJ;
-    a.in_mode = MV_IN_NORM;
-    a.x = x;
-    a.norm_w = s->output_norm;
-    a.eps = s->m->hp.rms_eps;
-    a.epi = MV_EPI_LOGITS;
-    a.y = s->logits;
-    a.arg_val = s->arg_val;
-    a.arg_idx = s->arg_idx;
-    a.counter = s->counter;
-    a.arg_out = s->arg_out;
-    return a;
-}
-
-static void launch_logits(cuda_state *s, const float *x) {
-    mv_args a = logits_args(s, x);
+static void launch_mv(cuda_state *s, mv_args a) {
     const int nb = mv_blocks(s, a);
     ck_matvec(a, nb, s->stream);
 }
 
-/* Offset of layer il of the current sequence's cache: (n_seq, n_layer, n_ctx, KV) halves. */
-static size_t kv_offset(const cuda_state *s, int il) {
-    return ((size_t)s->cur_seq * s->m->hp.n_layer + (size_t)il) * s->cfg.n_ctx * s->KV;
+/* The rows of a decode step in device memory: ids, sequences, positions (max_step each). */
+static const int *step_ids(const cuda_state *s) { return s->rows; }
+static const int *step_seq(const cuda_state *s) { return s->rows + s->max_step; }
+static const int *step_pos(const cuda_state *s) { return s->rows + 2 * s->max_step; }
+
+/* Offset of layer il of sequence `seq`'s cache: (n_seq, n_layer, n_ctx, KV) halves. */
+static size_t kv_offset(const cuda_state *s, int seq, int il) {
+    return ((size_t)seq * s->m->hp.n_layer + (size_t)il) * s->cfg.n_ctx * s->KV;
 }
 
-/* ---- the decode step's pieces for layer il */
+/* ---- the output stage: logits and argmax of n_out rows of x into s->logits (row k at k * V) and
+ * s->arg_rows, the device sampler over them (specs in d_spec), then the ids' copy to h_argmax. Up to mv_rows consecutive rows from `first` (idx_dev NULL):
+ * the fused matvec (RMSNorm, logits, argmax per row); else RMSNorm of the rows idx_dev[k] (NULL: rows
+ * 0..n_out-1), the GEMM, the row argmax. */
+static void launch_outputs(cuda_state *s, int n_out, int first, const int *idx_dev) {
+    cudaStream_t st = s->stream;
+    if (n_out <= s->mv_rows && (!idx_dev || n_out == 1)) {
+        mv_args a = mv_base();
+        a.w0 = s->output;
+        a.nr = n_out, a.x_stride = s->E, a.y_stride = s->V;
+        a.pair = MV_PAIR_ADJ;
+        a.in_mode = MV_IN_NORM;
+        a.x = s->x + (size_t)first * s->E;
+        a.norm_w = s->output_norm;
+        a.eps = s->m->hp.rms_eps;
+        a.epi = MV_EPI_LOGITS;
+        a.y = s->logits;
+        a.arg_val = s->arg_val;
+        a.arg_idx = s->arg_idx;
+        a.counter = s->counter;
+        a.arg_out = s->arg_rows;
+        launch_mv(s, a);
+    } else {
+        ck_rmsnorm_rows(s->x, idx_dev, s->output_norm, s->m->hp.rms_eps, s->E, n_out, s->xh, s->Epad, st);
+        ck_gemm(s->output, s->xh, s->Epad, n_out, s->logits, s->V, 0, false, st);
+        ck_argmax_rows(s->logits, s->V, n_out, s->arg_rows, st);
+    }
+    /* rows sampled on the device: their drawn ids replace the argmax (d_spec holds one spec per row) */
+    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, n_out, s->arg_rows, s->d_sample_scratch, st);
+    cudaMemcpyAsync(s->h_argmax, s->arg_rows, (size_t)n_out * sizeof(int), cudaMemcpyDeviceToHost, st);
+}
 
-/* RMSNorm + QKV (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
-static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset) {
+/* ---- decode steps of R <= mv_rows rows: matvecs over the R rows (each weight read once) with fused
+ * prologues and epilogues */
+
+/* RMSNorm + QKV of R rows (rows of w placed at row_offset of the q|k|v range) + RoPE + KV append. */
+static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row_offset, int R) {
     const kiln_hparams *hp = &s->m->hp;
     const cu_layer *L = &s->layers[il];
-    const size_t kv_off = kv_offset(s, il);
+    const size_t kv_off = kv_offset(s, 0, il);
     mv_args a = mv_base();
     a.w0 = w;
+    a.nr = R, a.x_stride = s->E, a.y_stride = s->NQKV;
     a.row_offset = row_offset;
     a.pair = MV_PAIR_ADJ;
     a.in_mode = MV_IN_NORM;
@@ -461,7 +504,9 @@ static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row
     a.eps = hp->rms_eps;
     a.epi = MV_EPI_QKV;
     if (s->qkv_post) a.epi = MV_EPI_STORE, a.y = s->qkv + row_offset; /* ck_qkv_post does the rest */
-    a.pos = s->params + 1;
+    a.pos = step_pos(s);
+    a.seq = step_seq(s);
+    a.seq_stride = s->seq_stride;
     a.nq = s->Q, a.nk = s->KV, a.n_rot = hp->n_rot, a.head_dim = hp->head_dim, a.kv_dim = s->KV;
     a.rope_freq = s->rope_freq;
     a.q_out = s->qkv;
@@ -470,13 +515,15 @@ static mv_args dec_qkv(const cuda_state *s, int il, const dev_weight &w, int row
     return a;
 }
 
-/* The post-matmul work on n rows of s->qkv of layer il (pos_dev: the decode graph's position). */
-static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, const int *pos_dev) {
+/* The post-matmul work on n rows of s->qkv of layer il: rows at pos0.. of s->cur_seq, or (step) the rows of
+ * a decode step, each its own sequence and position from device memory. */
+static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, bool step) {
     const kiln_hparams *hp = &s->m->hp;
     const cu_layer *L = &s->layers[il];
-    const size_t kv_off = kv_offset(s, il);
+    const size_t kv_off = kv_offset(s, step ? 0 : s->cur_seq, il);
     qkv_post_args a = {
-        .qkv = s->qkv + (size_t)r0 * s->NQKV, .stride = s->NQKV, .pos0 = pos0, .pos_dev = pos_dev,
+        .qkv = s->qkv + (size_t)r0 * s->NQKV, .stride = s->NQKV, .pos0 = pos0,
+        .pos_dev = step ? step_pos(s) : NULL, .seq_dev = step ? step_seq(s) : NULL, .seq_stride = s->seq_stride,
         .nq = s->Q, .nk = s->KV, .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
         .bias = L->bqkv, .q_norm = L->q_norm, .k_norm = L->k_norm, .eps = hp->rms_eps, .rope_freq = s->rope_freq,
         .k_cache = s->kc + kv_off, .v_cache = s->vc + kv_off, .kv_dim = s->KV,
@@ -484,42 +531,48 @@ static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, con
     return a;
 }
 
-/* Attention of the token over the cache, split in DEC_CHUNK keys, into attn_f. */
-static attn_args dec_attn(const cuda_state *s, int il) {
+/* Attention of the R rows of a decode step (bucket b) over their sequences' caches: into attn_f (float, for
+ * the matvecs) or atth (half, for the GEMMs). */
+static attn_args step_attn(const cuda_state *s, int il, int b) {
     const kiln_hparams *hp = &s->m->hp;
-    const size_t kv_off = kv_offset(s, il);
+    const size_t kv_off = kv_offset(s, 0, il);
     attn_args at;
     memset(&at, 0, sizeof at);
     at.q = s->qkv;
-    at.q_stride = s->Q;
+    at.q_stride = s->NQKV;
     at.k_cache = s->kc + kv_off;
     at.v_cache = s->vc + kv_off;
+    at.seq_stride = s->seq_stride;
     at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
-    at.chunk = DEC_CHUNK;
-    at.pos_dev = s->params + 1;
+    at.row_seq = step_seq(s);
+    at.row_pos = step_pos(s);
+    at.n_split = s->att_split[b];
     at.part = s->part;
     at.counters = s->att_counters;
-    at.out_f = s->attn_f;
+    if (s->bucket[b] <= s->mv_rows) at.out_f = s->attn_f;
+    else at.out = s->atth, at.out_stride = s->Qpad;
     at.scale = 1.0f / sqrtf((float)hp->head_dim);
     return at;
 }
 
-/* x += W x_in (the O projection from attn_f, or the down projection from hvec). */
-static mv_args dec_residual(const dev_weight &w, const float *in, float *x) {
+/* x += W x_in for R rows (the O projection from attn_f, or the down projection from hvec). */
+static mv_args dec_residual(const cuda_state *s, const dev_weight &w, const float *in, int R) {
     mv_args a = mv_base();
     a.w0 = w;
+    a.nr = R, a.x_stride = w.in == s->Q ? s->Q : s->F, a.y_stride = s->E;
     a.pair = MV_PAIR_ADJ;
     a.in_mode = MV_IN_PLAIN;
     a.x = in;
     a.epi = MV_EPI_ADD;
-    a.y = x;
+    a.y = s->x;
     return a;
 }
 
-/* RMSNorm + gate/up: SwiGLU into hvec when both have one type (dual), else the caller stores g and u. */
-static mv_args dec_gate_up(const cuda_state *s, int il) {
+/* RMSNorm + gate/up of R rows: SwiGLU into hvec when both have one type (dual), else the caller stores g, u. */
+static mv_args dec_gate_up(const cuda_state *s, int il, int R) {
     const cu_layer *L = &s->layers[il];
     mv_args a = mv_base();
+    a.nr = R, a.x_stride = s->E, a.y_stride = s->F;
     a.in_mode = MV_IN_NORM;
     a.x = s->x;
     a.norm_w = L->ffn_norm;
@@ -531,36 +584,33 @@ static mv_args dec_gate_up(const cuda_state *s, int il) {
     return a;
 }
 
-static void launch_mv(cuda_state *s, mv_args a) {
-    const int nb = mv_blocks(s, a);
-    ck_matvec(a, nb, s->stream);
-}
-
-/* The decode step for the token in params[0] at position params[1], kernel by kernel. */
-static void launch_decode(cuda_state *s) {
+/* The decode step of bucket b (R <= mv_rows rows, no padding): the rows' ids, sequences and positions in
+ * s->rows, kernel by kernel. */
+static void launch_decode(cuda_state *s, int b) {
     const kiln_hparams *hp = &s->m->hp;
     cudaStream_t st = s->stream;
-    ck_embed(s->tok_embd, s->params, s->x, 1, st);
+    const int R = s->bucket[b];
+    ck_embed(s->tok_embd, step_ids(s), s->x, R, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
         if (L->qkv_fused) {
-            launch_mv(s, dec_qkv(s, il, L->wqkv, 0));
+            launch_mv(s, dec_qkv(s, il, L->wqkv, 0, R));
         } else {
-            launch_mv(s, dec_qkv(s, il, L->wq, 0));
-            launch_mv(s, dec_qkv(s, il, L->wk, s->Q));
-            launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV));
+            launch_mv(s, dec_qkv(s, il, L->wq, 0, R));
+            launch_mv(s, dec_qkv(s, il, L->wk, s->Q, R));
+            launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV, R));
         }
-        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, s->params + 1), 1, st);
-        ck_attention(dec_attn(s, il), s->n_split, 1, st);
-        launch_mv(s, dec_residual(L->wo, s->attn_f, s->x));
+        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
+        ck_attn_decode(step_attn(s, il, b), R, st);
+        launch_mv(s, dec_residual(s, L->wo, s->attn_f, R));
         if (L->moe.n_expert) { /* routing and experts on the device (cuda_moe.cu) */
-            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, 1, s->pdl, st);
+            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, R, s->pdl, st);
             continue;
         }
         if (L->gu_dual) {
-            launch_mv(s, dec_gate_up(s, il));
+            launch_mv(s, dec_gate_up(s, il, R));
         } else {
-            mv_args a = dec_gate_up(s, il);
+            mv_args a = dec_gate_up(s, il, R);
             a.pair = MV_PAIR_ADJ;
             a.epi = MV_EPI_STORE;
             a.w1 = dev_weight{};
@@ -568,26 +618,103 @@ static void launch_decode(cuda_state *s) {
             launch_mv(s, a);
             a.w0 = L->wu, a.y = s->u;
             launch_mv(s, a);
-            ck_swiglu_vec(s->g, s->u, s->F, s->hvec, st);
+            ck_swiglu_vec(s->g, s->u, R * s->F, s->hvec, st);
         }
-        launch_mv(s, dec_residual(L->wd, s->hvec, s->x));
+        launch_mv(s, dec_residual(s, L->wd, s->hvec, R));
     }
-    launch_logits(s, s->x);
+    launch_outputs(s, R, 0, NULL);
 }
 
+/* ---- n rows through the matrix products (tensor-core GEMMs over all rows: each weight read once) */
+
+/* C (=|+=) W A over n rows; split: the k range split to fill the GPU (a decode step's few rows), else whole. */
+static void gemm(cuda_state *s, const dev_weight &w, const __half *A, int lda, int n, float *C, int ldc, int col_off,
+                 bool add, bool split) {
+    const int ks = split ? ck_gemm_splits(w, n, s->n_sm) : 1;
+    ck_gemm_split(w, A, lda, n, C, ldc, col_off, add, ks, s->gwork, s->stream);
+}
+
+/* RMSNorm + Q/K/V of n rows of x into s->qkv. */
+static void qkv_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
+    ck_rmsnorm_rows(s->x, NULL, L->attn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, s->stream);
+    if (L->qkv_fused) {
+        gemm(s, L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
+    } else {
+        gemm(s, L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
+        gemm(s, L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, split);
+        gemm(s, L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, split);
+    }
+}
+
+/* x += O(atth), then x += down(SwiGLU(gate, up)(RMSNorm(x))) for n rows (a MoE layer: each row's chosen
+ * experts, cuda_moe.cu). */
+static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
+    cudaStream_t st = s->stream;
+    gemm(s, L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, split);
+    if (L->moe.n_expert) {
+        cm_ffn(L->moe, s->moe, s->x, s->E, s->m->hp.rms_eps, n, s->pdl, st);
+        return;
+    }
+    ck_rmsnorm_rows(s->x, NULL, L->ffn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, st);
+    gemm(s, L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, split);
+    gemm(s, L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, split);
+    ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
+    gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, split);
+}
+
+/* Floats of split-K partials the decode steps' GEMMs need (the largest ks * rows * out over the GEMM buckets
+ * and the layers' matrices). */
+static size_t gemm_work_floats(const cuda_state *s) {
+    size_t n = 0;
+    for (int b = 0; b < s->n_buckets; b++)
+        for (int il = 0; il < s->m->hp.n_layer && s->bucket[b] > s->mv_rows; il++) {
+            const cu_layer *L = &s->layers[il];
+            const dev_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+                if (ws[i]->out <= 0) continue;
+                const int ks = ck_gemm_splits(*ws[i], s->bucket[b], s->n_sm);
+                const size_t f = ks > 1 ? (size_t)ks * s->bucket[b] * ws[i]->out : 0;
+                n = f > n ? f : n;
+            }
+        }
+    return n;
+}
+
+/* The decode step of bucket b (R > mv_rows rows, each of its own sequence; padding rows have position -1 and
+ * append nothing, their outputs are never read) through the GEMMs, then the outputs of all R rows. */
+static void launch_step(cuda_state *s, int b) {
+    const kiln_hparams *hp = &s->m->hp;
+    cudaStream_t st = s->stream;
+    const int R = s->bucket[b];
+    ck_embed(s->tok_embd, step_ids(s), s->x, R, st);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const cu_layer *L = &s->layers[il];
+        qkv_rows(s, L, R, true);
+        if (s->qkv_post) {
+            ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
+        } else {
+            const size_t kv_off = kv_offset(s, 0, il);
+            ck_rope_store(s->qkv, s->NQKV, R, 0, step_pos(s), step_seq(s), s->seq_stride, s->Q, s->KV, hp->head_dim,
+                          hp->n_rot, s->rope_freq, s->kc + kv_off, s->vc + kv_off, s->KV, st);
+        }
+        ck_attn_decode(step_attn(s, il, b), R, st);
+        o_ffn_rows(s, L, R, true);
+    }
+    launch_outputs(s, R, 0, NULL);
+}
 
 /* Q/K/V post-processing (RoPE, and what the blocks ask for) and attention of rows [r0, r0 + n) of layer il,
  * which are consecutive positions pos0.. of sequence s->cur_seq. */
 static void launch_run_attention(cuda_state *s, int il, int r0, int n, int pos0) {
     const kiln_hparams *hp = &s->m->hp;
     cudaStream_t st = s->stream;
-    const size_t kv_off = kv_offset(s, il);
+    const size_t kv_off = kv_offset(s, s->cur_seq, il);
     float *qkv = s->qkv + (size_t)r0 * s->NQKV;
     if (s->qkv_post)
-        ck_qkv_post(qkv_post(s, il, r0, pos0, NULL), n, st);
+        ck_qkv_post(qkv_post(s, il, r0, pos0, false), n, st);
     else
-        ck_rope_store(qkv, s->NQKV, n, pos0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq, s->kc + kv_off,
-                      s->vc + kv_off, s->KV, st);
+        ck_rope_store(qkv, s->NQKV, n, pos0, NULL, NULL, 0, s->Q, s->KV, hp->head_dim, hp->n_rot, s->rope_freq,
+                      s->kc + kv_off, s->vc + kv_off, s->KV, st);
     attn_args at;
     memset(&at, 0, sizeof at);
     at.q = qkv;
@@ -595,45 +722,27 @@ static void launch_run_attention(cuda_state *s, int il, int r0, int n, int pos0)
     at.k_cache = s->kc + kv_off;
     at.v_cache = s->vc + kv_off;
     at.kv_dim = s->KV, at.n_head = hp->n_head, at.n_head_kv = hp->n_head_kv, at.head_dim = hp->head_dim;
-    at.chunk = s->cfg.n_ctx;
     at.pos0 = pos0;
     at.out = s->atth + (size_t)r0 * s->Qpad;
     at.out_stride = s->Qpad;
     at.scale = 1.0f / sqrtf((float)hp->head_dim);
-    ck_attention(at, 1, n, st);
+    ck_attention(at, n, st);
 }
 
 /* n rows (ids already in s->ids) of any sequences through every layer: the matrix products over all rows at
  * once (each weight read once), RoPE, the K/V append and attention per run of one sequence's rows. */
 static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
     const kiln_hparams *hp = &s->m->hp;
-    cudaStream_t st = s->stream;
-    ck_embed(s->tok_embd, s->ids, s->x, n, st);
+    ck_embed(s->tok_embd, s->ids, s->x, n, s->stream);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        ck_rmsnorm_rows(s->x, L->attn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
-        if (L->qkv_fused) {
-            ck_gemm(L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
-        } else {
-            ck_gemm(L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, st);
-            ck_gemm(L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, st);
-            ck_gemm(L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, st);
-        }
+        qkv_rows(s, L, n, false);
         for (int r0 = 0, r1; r0 < n; r0 = r1) {
             for (r1 = r0 + 1; r1 < n && rows[r1].seq == rows[r0].seq; r1++) {}
             s->cur_seq = rows[r0].seq;
             launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
         }
-        ck_gemm(L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, st);
-        if (L->moe.n_expert) { /* each row's chosen experts (cuda_moe.cu) */
-            cm_ffn(L->moe, s->moe, s->x, s->E, hp->rms_eps, n, s->pdl, st);
-            continue;
-        }
-        ck_rmsnorm_rows(s->x, L->ffn_norm, hp->rms_eps, s->E, n, s->xh, s->Epad, st);
-        ck_gemm(L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, st);
-        ck_gemm(L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, st);
-        ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
-        ck_gemm(L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, st);
+        o_ffn_rows(s, L, n, false);
     }
 }
 
@@ -643,12 +752,11 @@ static void cuda_close(void *state) {
     cuda_state *s = (cuda_state *)state;
     if (!s) return;
     if (s->stream) cudaStreamSynchronize(s->stream);
-    for (int q = 0; s->gexecs && q < s->cfg.n_seq; q++)
-        if (s->gexecs[q]) cudaGraphExecDestroy(s->gexecs[q]);
-    for (int q = 0; s->graphs && q < s->cfg.n_seq; q++)
-        if (s->graphs[q]) cudaGraphDestroy(s->graphs[q]);
-    kiln_free(s->gexecs);
-    kiln_free(s->graphs);
+    for (int b = 0; b < s->n_buckets; b++) {
+        if (s->gexecs[b]) cudaGraphExecDestroy(s->gexecs[b]);
+        if (s->graphs[b]) cudaGraphDestroy(s->graphs[b]);
+    }
+    kiln_free(s->seen);
     for (int i = 0; i < 2; i++)
         if (s->stage_ev[i]) cudaEventDestroy(s->stage_ev[i]);
     if (s->stream) cudaStreamDestroy(s->stream);
@@ -671,61 +779,111 @@ static kiln_status check_model(const kiln_model *m, const kiln_backend_config *c
     return KILN_OK;
 }
 
-/* The one-row step's inputs: id and position, and the spec of h_spec[0] (copied before the step's kernels, off
- * the path from the logits to the sampler). */
-static void copy_params_one(cuda_state *s) {
-    cudaMemcpyAsync(s->params, s->h_params, 2 * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-    cudaMemcpyAsync(s->d_spec, s->h_spec, sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
-}
-
-/* The one-row step's sample: a spec of mode KILN_SPEC_NONE leaves arg_out to the argmax, else the drawn id
- * replaces it. */
-static void launch_sample_one(cuda_state *s) {
-    ck_sample(s->d_spec, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
-}
-
-/* Puts row r's spec (or mode NONE) into h_spec[k]. */
-static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
-    if (r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
-    else s->h_spec[k].mode = KILN_SPEC_NONE;
-}
-
-/* Captures the decode step of sequence q (its cache's addresses are in the graph) into graphs[q]. */
-static kiln_status capture_graph(cuda_state *s, int q) {
-    s->cur_seq = q;
-    CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
-    copy_params_one(s);
-    launch_decode(s);
-    launch_sample_one(s);
-    cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
-    cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[q]);
-    kiln_count_graph_capture();
-    if (e != cudaSuccess) return cuda_fail(e, "graph capture");
+/* Counts the nodes and programmatic (PDL) edges of graph g into the session's facts. */
+static void graph_facts(cuda_state *s, cudaGraph_t g) {
     size_t n_nodes = 0, n_edges = 0;
-    cudaGraphGetNodes(s->graphs[q], NULL, &n_nodes);
+    cudaGraphGetNodes(g, NULL, &n_nodes);
     s->graph_nodes = (int)n_nodes;
-    /* how many of the graph's edges are programmatic (PDL) ones */
     s->graph_pdl_edges = 0;
-    if (cudaGraphGetEdges(s->graphs[q], NULL, NULL, NULL, &n_edges) == cudaSuccess && n_edges) {
+    if (cudaGraphGetEdges(g, NULL, NULL, NULL, &n_edges) == cudaSuccess && n_edges) {
         cudaGraphNode_t *ends = (cudaGraphNode_t *)kiln_malloc(2 * n_edges * sizeof(cudaGraphNode_t));
         cudaGraphEdgeData *ed = (cudaGraphEdgeData *)kiln_malloc(n_edges * sizeof(cudaGraphEdgeData));
-        if (ends && ed && cudaGraphGetEdges(s->graphs[q], ends, ends + n_edges, ed, &n_edges) == cudaSuccess)
+        if (ends && ed && cudaGraphGetEdges(g, ends, ends + n_edges, ed, &n_edges) == cudaSuccess)
             for (size_t i = 0; i < n_edges; i++) s->graph_pdl_edges += ed[i].type == cudaGraphDependencyTypeProgrammatic;
         kiln_free(ends);
         kiln_free(ed);
     }
-    CU_TRY(cudaGraphInstantiate(&s->gexecs[q], s->graphs[q], 0), "graph instantiate");
+}
+
+/* The kernels of a decode step of bucket b, after the copy of its rows and their sampling specs to the device. */
+static void launch_bucket(cuda_state *s, int b) {
+    cudaMemcpyAsync(s->rows, s->h_rows, 3 * (size_t)s->max_step * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)s->bucket[b] * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice,
+                    s->stream);
+    if (s->bucket[b] <= s->mv_rows) launch_decode(s, b);
+    else launch_step(s, b);
+}
+
+/* Captures the decode step of bucket b (every sequence: rows are read from device memory) into graphs[b]. */
+static kiln_status capture_graph(cuda_state *s, int b) {
+    CU_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), "graph capture begin");
+    launch_bucket(s, b);
+    cudaError_t e = cudaStreamEndCapture(s->stream, &s->graphs[b]);
     kiln_count_graph_capture();
-    CU_TRY(cudaGraphUpload(s->gexecs[q], s->stream), "graph upload");
+    if (e != cudaSuccess) return cuda_fail(e, "graph capture");
+    if (b == 0) graph_facts(s, s->graphs[b]);
+    CU_TRY(cudaGraphInstantiate(&s->gexecs[b], s->graphs[b], 0), "graph instantiate");
+    kiln_count_graph_capture();
+    CU_TRY(cudaGraphUpload(s->gexecs[b], s->stream), "graph upload");
     return KILN_OK;
 }
 
-static kiln_status capture_graphs(cuda_state *s) {
-    for (int q = 0; q < s->cfg.n_seq; q++) KILN_TRY(capture_graph(s, q));
-    return KILN_OK;
+/* The bucket sizes: 1, 2, ..., mv_rows (the matvec path, no padding), then 2^k above it while below max_step,
+ * then max_step; their attention splits. mv_rows: the most rows whose matvec inputs fit in shared memory. */
+static void plan_buckets(cuda_state *s, size_t smem_optin) {
+    const kiln_hparams *hp = &s->m->hp;
+    int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    widest = widest > s->Q ? widest : s->Q;
+    s->mv_rows = ck_matvec_max_rows(widest, smem_optin);
+    s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows > STEP_MV_ROWS ? STEP_MV_ROWS : s->mv_rows;
+    s->n_buckets = 0;
+    for (int r = 1; s->n_buckets < CK_MAX_BUCKETS;) {
+        const int R = r < s->max_step ? r : s->max_step;
+        s->bucket[s->n_buckets] = R;
+        s->att_split[s->n_buckets] = ck_attn_splits(R, hp->n_head_kv, s->cfg.n_ctx, s->n_sm);
+        s->n_buckets++;
+        if (R == s->max_step) break;
+        if (r < s->mv_rows) {
+            r++;
+        } else { /* the next power of two above r */
+            int p = 1;
+            while (p <= r) p *= 2;
+            r = p;
+        }
+    }
 }
 
 static kiln_status cuda_forward(void *state, const kiln_backend_batch *b);
+
+/* The open's warm pass through every path: a prefill of 2 positions of sequence 0 (its outputs through the
+ * eager output stage: both rows when max_out allows), each bucket's graph once (rows of sequences 0..R-1,
+ * sequence 0 after the prefill), a one-row step with logits (into conv_tmp, n_vocab floats or more), then the
+ * device sampler in a one-row step and (top-k) in a 2-row prefill. */
+static kiln_status warm_paths(cuda_state *s) {
+    const int V = s->m->hp.n_vocab, n = s->cfg.max_batch >= 2 ? 2 : 1, last = s->cfg.n_ctx - 1;
+    kiln_backend_row rows[2] = {{0, 0, 0, KILN_BK_OUT_ARGMAX}, {0, 1, 1 % V, KILN_BK_OUT_ARGMAX}};
+    if (n == 2 && s->cfg.max_out < 2) rows[0].out = KILN_BK_OUT_NONE;
+    int32_t next[2] = {0, 0};
+    kiln_backend_batch b = {rows, n, 0, s->conv_tmp, next};
+    for (int i = 0; i < n; i++) b.n_out += rows[i].out != KILN_BK_OUT_NONE;
+    KILN_TRY(cuda_forward(s, &b));
+    const int M = s->max_step;
+    for (int bi = 0; bi < s->n_buckets; bi++) {
+        for (int i = 0; i < s->bucket[bi]; i++) s->h_rows[i] = i % V, s->h_rows[M + i] = i, s->h_rows[2 * M + i] = 0;
+        s->h_rows[2 * M] = n < last ? n : last;
+        CU_TRY(cudaGraphLaunch(s->gexecs[bi], s->stream), "graph launch");
+        CU_TRY(cudaStreamSynchronize(s->stream), "warm pass");
+    }
+    const kiln_backend_row one = {0, n + 1 < last ? n + 1 : last, 0, KILN_BK_OUT_LOGITS};
+    b = (kiln_backend_batch){&one, 1, 1, s->conv_tmp, next};
+    KILN_TRY(cuda_forward(s, &b));
+    /* the device sampler: penalties, top-k off with top-p and min-p, through a graph; top-k 40 eagerly */
+    kiln_sample_spec sp; /* on the stack: two sessions may open at once */
+    memset(&sp, 0, sizeof sp);
+    sp.mode = KILN_SPEC_SAMPLE, sp.temperature = 0.8f, sp.top_p = 0.95f, sp.min_p = 0.05f;
+    sp.repeat = 1.1f, sp.presence = 0.5f, sp.frequency = 0.5f, sp.n_pen = 1, sp.pen_count[0] = 1;
+    sp.u = 0.5;
+    const kiln_backend_row dec3 = {0, n < last ? n : last, 0, KILN_BK_OUT_SAMPLE, &sp};
+    b = (kiln_backend_batch){&dec3, 1, 1, NULL, next};
+    KILN_TRY(cuda_forward(s, &b));
+    if (n == 2 && s->cfg.max_out >= 2) {
+        const kiln_backend_row two[2] = {{0, 0, 0, KILN_BK_OUT_SAMPLE, &sp}, {0, 1, 1 % V, KILN_BK_OUT_ARGMAX, NULL}};
+        sp.top_k = 40;
+        b = (kiln_backend_batch){two, 2, 2, NULL, next};
+        KILN_TRY(cuda_forward(s, &b));
+    }
+    return KILN_OK;
+}
 
 static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg, kiln_phases *ph, void **out) {
     *out = NULL;
@@ -771,13 +929,19 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         s->V = hp->n_vocab, s->NQKV = s->Q + 2 * s->KV;
         s->Epad = (int)align_up((size_t)s->E, 32), s->Qpad = (int)align_up((size_t)s->Q, 32);
         s->Fpad = (int)align_up((size_t)s->F, 32);
-        s->n_split = (cfg->n_ctx + DEC_CHUNK - 1) / DEC_CHUNK;
+        s->seq_stride = (long long)hp->n_layer * cfg->n_ctx * s->KV;
+        s->max_step = cfg->n_seq < cfg->max_batch ? cfg->n_seq : cfg->max_batch;
+        s->max_rows_out = s->max_step > cfg->max_out ? s->max_step : cfg->max_out;
+        int optin = 0;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess) optin = 48 * 1024;
+        plan_buckets(s, (size_t)optin);
         s->max_mv_blocks = s->n_sm * 4;
         s->layers = (cu_layer *)kiln_calloc((size_t)hp->n_layer, sizeof(cu_layer));
+        s->seen = (uint8_t *)kiln_calloc((size_t)cfg->n_seq, 1);
         int widest_row = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
         widest_row = hp->n_ff_exp > widest_row ? hp->n_ff_exp : widest_row;
         s->conv_tmp = (float *)kiln_malloc(sizeof(float) * (size_t)widest_row * 2 + sizeof(float) * (size_t)hp->n_vocab);
-        if (!s->layers || !s->conv_tmp) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory"));
+        if (!s->layers || !s->conv_tmp || !s->seen) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory"));
         size_t off = 0;
         OPEN_TRY(plan_weights(s, NULL, &off));
         s->weight_bytes = off;
@@ -796,20 +960,21 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         OPEN_TRY(plan_weights(s, s->arena, &off));
         soff = 0;
         plan_scratch(s, s->arena + s->scratch_off, &soff);
-        const size_t spec_bytes = (size_t)cfg->max_out * sizeof(kiln_sample_spec);
-        const size_t pinned_bytes = 2 * STAGE_BYTES + 4096 + (size_t)cfg->max_batch * 4 + (size_t)s->V * 4 + 64 + spec_bytes;
+        /* pinned: the staging halves, then a sampling spec per output row, the rows of a decode step, the ids
+         * and output rows of an eager call, the id of every output row */
+        const size_t n_ints = 3 * (size_t)s->max_step + (size_t)cfg->max_batch + 2 * (size_t)s->max_rows_out;
+        const size_t spec_bytes = (size_t)s->max_rows_out * sizeof(kiln_sample_spec);
+        const size_t pinned_bytes = 2 * STAGE_BYTES + spec_bytes + n_ints * sizeof(int);
         e = cudaHostAlloc((void **)&s->pinned, pinned_bytes, cudaHostAllocDefault);
         kiln_count_device_alloc();
         if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "pinned staging buffer"));
-        memset(s->pinned + 2 * STAGE_BYTES, 0, 4096); /* parameters; the staging halves are written before use */
+        memset(s->pinned + 2 * STAGE_BYTES, 0, spec_bytes + n_ints * sizeof(int)); /* the staging halves are written before use */
         s->h_stage[0] = s->pinned;
         s->h_stage[1] = s->pinned + STAGE_BYTES;
-        s->h_params = (int *)(s->pinned + 2 * STAGE_BYTES);
-        s->h_argmax = s->h_params + 16;
-        s->h_logits = (float *)(s->pinned + 2 * STAGE_BYTES + 4096);
-        s->h_ids = (int *)(s->h_logits + s->V);
-        s->h_spec = (kiln_sample_spec *)align_up((size_t)(s->h_ids + cfg->max_batch), 64);
-        memset(s->h_spec, 0, spec_bytes);
+        s->h_spec = (kiln_sample_spec *)(s->pinned + 2 * STAGE_BYTES); /* 2 * STAGE_BYTES: aligned */
+        s->h_rows = (int *)(s->pinned + 2 * STAGE_BYTES + spec_bytes);
+        s->h_ids = s->h_rows + 3 * s->max_step;
+        s->h_argmax = s->h_ids + cfg->max_batch + s->max_rows_out;
         OPEN_CU(cudaMemsetAsync(s->arena, 0, s->arena_bytes, s->stream), "arena memset");
         OPEN_CU(cudaEventRecord(s->stage_ev[0], s->stream), "event");
         OPEN_CU(cudaEventRecord(s->stage_ev[1], s->stream), "event");
@@ -888,7 +1053,6 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, cm_kernel_name(i)));
         }
         OPEN_CU(cm_setup(cm_dims(m)), "MoE kernels' shared memory");
-        const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
         {
             cudaFuncAttributes fa;
             cudaError_t e = cudaFuncGetAttributes(&fa, ck_sample_kernel());
@@ -896,55 +1060,22 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             if (e != cudaSuccess) OPEN_TRY(cuda_fail(e, "k_sample"));
             s->n_kernels++;
         }
-        const size_t smem = ck_matvec_smem(widest > s->Q ? widest : s->Q);
+        const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
+        const size_t smem = ck_matvec_smem_rows(widest > s->Q ? widest : s->Q, s->mv_rows);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
     }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
 
-    /* ---- the decode graphs */
+    /* ---- the decode graphs: one per bucket */
     t0 = kiln_now_ns();
-    s->graphs = (cudaGraph_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->graphs);
-    s->gexecs = (cudaGraphExec_t *)kiln_calloc((size_t)cfg->n_seq, sizeof *s->gexecs);
-    if (!s->graphs || !s->gexecs) OPEN_TRY(kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory for %d graphs", cfg->n_seq));
-    st = capture_graphs(s);
-    if (st != KILN_OK) goto fail;
+    for (int b = 0; b < s->n_buckets; b++) OPEN_TRY(capture_graph(s, b));
     kiln_phases_add(ph, "open.graphs", kiln_now_ns() - t0);
 
-    /* ---- device warm pass: both paths once, then the cache is forgotten */
+    /* ---- device warm pass: every path once (a prefill with its outputs, each bucket's graph with logits, a
+     * one-row step with the argmax), then the cache is forgotten */
     t0 = kiln_now_ns();
-    {
-        /* a prefill of 2 positions with its output, a decode step with the argmax, one with logits */
-        const int n = cfg->max_batch >= 2 ? 2 : 1, id1 = 1 % m->hp.n_vocab;
-        const kiln_backend_row pre[2] = {{0, 0, 0, n == 1 ? KILN_BK_OUT_ARGMAX : KILN_BK_OUT_NONE},
-                                         {0, 1, id1, KILN_BK_OUT_ARGMAX}};
-        const kiln_backend_row dec1 = {0, n, 0, KILN_BK_OUT_ARGMAX}, dec2 = {0, n + 1 < cfg->n_ctx ? n + 1 : n, 0,
-                                                                             KILN_BK_OUT_LOGITS};
-        int32_t next = 0;
-        kiln_backend_batch b = {pre, n, 1, s->conv_tmp, &next};
-        OPEN_TRY(cuda_forward(s, &b));
-        b = (kiln_backend_batch){&dec1, 1, 1, s->conv_tmp, &next};
-        OPEN_TRY(cuda_forward(s, &b));
-        b = (kiln_backend_batch){&dec2, 1, 1, s->conv_tmp, &next};
-        OPEN_TRY(cuda_forward(s, &b));
-        /* the device sampler: penalties, top-k off with top-p and min-p, through the graph; top-k eagerly */
-        kiln_sample_spec sp_store; /* on the stack: two sessions may open at once */
-        kiln_sample_spec *sp = &sp_store;
-        memset(sp, 0, sizeof *sp);
-        sp->mode = KILN_SPEC_SAMPLE, sp->temperature = 0.8f, sp->top_p = 0.95f, sp->min_p = 0.05f;
-        sp->repeat = 1.1f, sp->presence = 0.5f, sp->frequency = 0.5f, sp->n_pen = 1, sp->pen_count[0] = 1;
-        sp->u = 0.5;
-        const kiln_backend_row dec3 = {0, n, 0, KILN_BK_OUT_SAMPLE, sp};
-        int32_t ids2[2] = {0, 0};
-        b = (kiln_backend_batch){&dec3, 1, 1, NULL, ids2};
-        OPEN_TRY(cuda_forward(s, &b));
-        if (cfg->max_batch >= 2 && cfg->max_out >= 2) {
-            const kiln_backend_row two[2] = {{0, 0, 0, KILN_BK_OUT_SAMPLE, sp}, {0, 1, id1, KILN_BK_OUT_ARGMAX, NULL}};
-            sp->top_k = 40;
-            b = (kiln_backend_batch){two, 2, 2, NULL, ids2};
-            OPEN_TRY(cuda_forward(s, &b));
-        }
-    }
+    OPEN_TRY(warm_paths(s));
     kiln_phases_add(ph, "open.cuda_warm", kiln_now_ns() - t0);
     *out = s;
     return KILN_OK;
@@ -955,62 +1086,96 @@ fail:
 #undef OPEN_CU
 }
 
-/* Copies output k (the logits in s->logits, the argmax in s->h_argmax after the sync) to the batch. */
-static kiln_status finish_output(cuda_state *s, const kiln_backend_batch *b, int k, int out) {
-    if (out == KILN_BK_OUT_LOGITS)
-        cudaMemcpyAsync(s->h_logits, s->logits, (size_t)s->V * 4, cudaMemcpyDeviceToHost, s->stream);
+/* Puts row r's sampling spec (or mode NONE) into h_spec[k]. */
+static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
+    if (r && r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
+    else s->h_spec[k].mode = KILN_SPEC_NONE;
+}
+
+/* Whether the rows are a decode step: at most max_step rows, each of its own sequence. */
+static bool is_step(cuda_state *s, const kiln_backend_batch *b) {
+    if (b->n > s->max_step) return false;
+    bool distinct = true;
+    for (int i = 0; i < b->n; i++) {
+        distinct = distinct && !s->seen[b->rows[i].seq];
+        s->seen[b->rows[i].seq] = 1;
+    }
+    for (int i = 0; i < b->n; i++) s->seen[b->rows[i].seq] = 0;
+    return distinct;
+}
+
+/* Copies the logits of the output rows that ask for them: output k's (device row src0 + k, or row of the
+ * k-th output row for a step) to b->logits + k * V, consecutive ones in one copy; then waits for the stream
+ * and takes each output's argmax from h_argmax (same indexing). */
+static kiln_status finish_outputs(cuda_state *s, const kiln_backend_batch *b, bool step) {
+    const size_t V = (size_t)s->V;
+    int k = 0, run_k = -1, run_src = -1, run_n = 0;
+    for (int i = 0; i <= b->n; i++) {
+        const bool want = i < b->n && b->rows[i].out == KILN_BK_OUT_LOGITS;
+        const int src = step ? i : k;
+        if (run_n && (!want || src != run_src + run_n || k != run_k + run_n)) {
+            cudaMemcpyAsync(b->logits + (size_t)run_k * V, s->logits + (size_t)run_src * V, run_n * V * sizeof(float),
+                            cudaMemcpyDeviceToHost, s->stream);
+            run_n = 0;
+        }
+        if (want) {
+            if (!run_n) run_k = k, run_src = src;
+            run_n++;
+        }
+        if (i < b->n && b->rows[i].out != KILN_BK_OUT_NONE) k++;
+    }
     CU_TRY(cudaGetLastError(), "kernel launch");
     CU_TRY(cudaStreamSynchronize(s->stream), "forward");
-    if (out == KILN_BK_OUT_LOGITS) memcpy(b->logits + (size_t)k * s->V, s->h_logits, (size_t)s->V * 4);
-    b->argmax[k] = *s->h_argmax;
+    for (int i = 0, k2 = 0; i < b->n; i++)
+        if (b->rows[i].out != KILN_BK_OUT_NONE) b->argmax[k2] = s->h_argmax[step ? i : k2], k2++;
     return KILN_OK;
 }
 
-/* One row alone runs its sequence's decode graph (ids and position from device memory); any other batch runs
- * eagerly through launch_rows (kernels all loaded and exercised at open), then the logits of each row that
- * asks. */
+/* A decode step: its rows (and padding rows up to the bucket: id 0, position -1) to pinned memory, the
+ * bucket's graph (or its kernels, eagerly), then the outputs. */
+static kiln_status forward_step(cuda_state *s, const kiln_backend_batch *b) {
+    int bi = 0;
+    while (s->bucket[bi] < b->n) bi++;
+    const int M = s->max_step;
+    for (int i = 0; i < s->bucket[bi]; i++) {
+        const bool real = i < b->n;
+        s->h_rows[i] = real ? b->rows[i].id : 0;
+        s->h_rows[M + i] = real ? b->rows[i].seq : 0;
+        s->h_rows[2 * M + i] = real ? b->rows[i].pos : -1;
+        stage_spec(s, i, real ? &b->rows[i] : NULL);
+    }
+    if (s->use_graph) CU_TRY(cudaGraphLaunch(s->gexecs[bi], s->stream), "graph launch");
+    else launch_bucket(s, bi);
+    return finish_outputs(s, b, true);
+}
+
+/* Any other batch (a prefill, several rows of one sequence): the ids and the output rows in one copy (their
+ * sampling specs in another), the rows through launch_rows, then the output stage over the output rows. */
+static kiln_status forward_rows(cuda_state *s, const kiln_backend_batch *b) {
+    const int n = b->n, B = s->cfg.max_batch;
+    int n_out = 0, first = 0;
+    for (int i = 0; i < n; i++) {
+        s->h_ids[i] = b->rows[i].id;
+        if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
+        if (!n_out) first = i;
+        stage_spec(s, n_out, &b->rows[i]);
+        s->h_ids[B + n_out++] = i;
+    }
+    cudaMemcpyAsync(s->ids, s->h_ids, (size_t)(B + n_out) * sizeof(int), cudaMemcpyHostToDevice, s->stream);
+    if (n_out)
+        cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)n_out * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
+    launch_rows(s, b->rows, n);
+    if (n_out) launch_outputs(s, n_out, first, s->ids + B);
+    return finish_outputs(s, b, false);
+}
+
+/* A decode step (rows of distinct sequences) replays the graph of its bucket; any other batch runs eagerly
+ * (kernels all loaded and exercised at open). */
 static kiln_status cuda_forward(void *state, const kiln_backend_batch *b) {
     cuda_state *s = (cuda_state *)state;
-    const int n = b->n;
     ck_set_pdl(s->pdl); /* eager launches take this session's setting */
-    KILN_ASSERT(n >= 1 && n <= s->cfg.max_batch && b->n_out <= s->cfg.max_out);
-    if (n == 1) {
-        const kiln_backend_row *r = &b->rows[0];
-        s->cur_seq = r->seq;
-        s->h_params[0] = r->id;
-        s->h_params[1] = r->pos;
-        stage_spec(s, 0, r);
-        if (s->use_graph) {
-            CU_TRY(cudaGraphLaunch(s->gexecs[r->seq], s->stream), "graph launch");
-        } else {
-            copy_params_one(s);
-            launch_decode(s);
-            launch_sample_one(s);
-            cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
-        }
-        if (r->out == KILN_BK_OUT_NONE) {
-            CU_TRY(cudaStreamSynchronize(s->stream), "forward");
-            return KILN_OK;
-        }
-        return finish_output(s, b, 0, r->out);
-    }
-    for (int i = 0; i < n; i++) s->h_ids[i] = b->rows[i].id;
-    cudaMemcpyAsync(s->ids, s->h_ids, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, s->stream);
-    for (int i = 0, k = 0; i < n; i++)
-        if (b->rows[i].out != KILN_BK_OUT_NONE) stage_spec(s, k++, &b->rows[i]);
-    if (b->n_out)
-        cudaMemcpyAsync(s->d_spec, s->h_spec, (size_t)b->n_out * sizeof(kiln_sample_spec), cudaMemcpyHostToDevice, s->stream);
-    launch_rows(s, b->rows, n);
-    for (int i = 0, k = 0; i < n; i++) {
-        if (b->rows[i].out == KILN_BK_OUT_NONE) continue;
-        launch_logits(s, s->x + (size_t)i * s->E);
-        ck_sample(s->d_spec + k, s->logits, s->V, (size_t)s->V, 1, s->arg_out, s->d_sample_scratch, s->stream);
-        cudaMemcpyAsync(s->h_argmax, s->arg_out, sizeof(int), cudaMemcpyDeviceToHost, s->stream);
-        KILN_TRY(finish_output(s, b, k++, b->rows[i].out));
-    }
-    CU_TRY(cudaGetLastError(), "kernel launch");
-    CU_TRY(cudaStreamSynchronize(s->stream), "forward");
-    return KILN_OK;
+    KILN_ASSERT(b->n >= 1 && b->n <= s->cfg.max_batch && b->n_out <= s->cfg.max_out);
+    return is_step(s, b) ? forward_step(s, b) : forward_rows(s, b);
 }
 
 static void cuda_reset(void *state, int seq) {

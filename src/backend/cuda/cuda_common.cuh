@@ -15,8 +15,6 @@ extern "C" {
 #include "base/error.h"
 }
 
-#define DEC_CHUNK 64 /* keys per attention block in decode */
-
 /* A matvec's arguments, all zero. */
 static inline mv_args mv_base(void) {
     mv_args a;

@@ -6,7 +6,7 @@
  *   matvec_prefetch, matvec_block<T, R>   one block's share of a decode matrix x (up to R) vectors (prologue:
  *                  input copy or fused RMSNorm; epilogue per row: store / residual add / RoPE + KV append /
  *                  SwiGLU / logits + argmax)
- *   attention_item one (split, KV head) of attention over the F16 cache, by ATT_THREADS threads
+ *   launch         a kernel launch with or without programmatic dependent launch (host side)
  * C++ (nvcc) only; include after cuda_kernels.cuh.
  */
 #ifndef KILN_CUDA_DEVICE_CUH
@@ -16,11 +16,10 @@
 
 #include <math.h>
 
+#include <utility>
+
 #define MV_THREADS 256
 #define MV_WARPS (MV_THREADS / 32)
-#define ATT_THREADS 64
-#define ATT_MAX_G CK_ATT_MAX_G
-#define ATT_MAX_D CK_ATT_MAX_D /* head_dim <= 256 */
 
 /* ------------------------------------------------------------------ programmatic dependent launch */
 
@@ -603,210 +602,24 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
     if (a.epi == MV_EPI_LOGITS) matvec_argmax<R>(a, block, n_blocks, best_v, best_i);
 }
 
-/* ------------------------------------------------------------------ attention */
+/* ------------------------------------------------------------------ host: launches */
 
-/* A barrier of the ATT_THREADS threads that run attention (threads 0..ATT_THREADS-1 of the block). */
-static __device__ __forceinline__ void att_sync() { asm volatile("bar.sync 1, %0;" ::"n"(ATT_THREADS) : "memory"); }
-
-/* Shared memory of attention_item: queries, scores, running max / sum / rescale per head and the last-block
- * flag (floats), then the V rows of the current 64 keys (halves, 16-byte aligned). */
-#define ATT_SMEM_FLOATS (ATT_MAX_G * 256 + ATT_MAX_G * ATT_THREADS + 4 * ATT_MAX_G)
-#define ATT_SMEM_BYTES (ATT_SMEM_FLOATS * 4 + ATT_THREADS * 256 * 2)
-
-/* Attention of token t for KV head kvh over split `split` of the cache (see attn_args), run by threads
- * 0..ATT_THREADS-1 of the block (they synchronise among themselves only), for groups of at most MG query
- * heads per KV head (MG <= ATT_MAX_G: fewer registers for small groups), CH 16-byte pieces of a K and a
- * V row in flight per thread (8: a 64-dim head at once; fewer registers with 4). sm: ATT_SMEM_BYTES of shared memory,
- * 16-byte aligned. May be called again by the same threads for another (split, kvh). */
-template <int MG, int CH>
-static __device__ __forceinline__ void attention_item(const attn_args &a, int split, int kvh, int t, float *sm) {
-    float *qs = sm;
-    float(*ps)[ATT_THREADS] = (float(*)[ATT_THREADS])(sm + ATT_MAX_G * 256);
-    float *m_sh = sm + ATT_MAX_G * 256 + ATT_MAX_G * ATT_THREADS, *l_sh = m_sh + ATT_MAX_G, *alpha_sh = l_sh + ATT_MAX_G;
-    int &is_last = *(int *)(alpha_sh + ATT_MAX_G);
-    __half *vs = (__half *)(sm + ATT_SMEM_FLOATS);
-    const int tid = threadIdx.x;
-    const int lane = tid & 31, warp = tid >> 5;
-    const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
-    att_sync(); /* a previous item's threads are done with the shared arrays */
-    /* the position and the queries are independent loads: both in flight before either is used */
-    const int pos0 = a.pos_dev ? __ldcg(a.pos_dev) : a.pos0;
-    for (int i = tid; i < G * hd; i += ATT_THREADS) {
-        const int g = i / hd, d = i - g * hd;
-        qs[i] = __ldcg(a.q + (long long)t * a.q_stride + (kvh * G + g) * hd + d) * a.scale;
-    }
-    const int n_keys = pos0 + t + 1;
-    const int n_active = (n_keys + a.chunk - 1) / a.chunk;
-    const int k_begin = split * a.chunk;
-    const int k_end = min(n_keys, k_begin + a.chunk);
-    if (k_begin >= k_end) return; /* an idle split (the whole block leaves together) */
-    if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
-    float acc[MG][ATT_MAX_D];
-#pragma unroll
-    for (int g = 0; g < MG; g++)
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
-    att_sync();
-
-    for (int kb = k_begin; kb < k_end; kb += ATT_THREADS) {
-        const int j = kb + tid;
-        float sc[MG];
-#pragma unroll
-        for (int g = 0; g < MG; g++) sc[g] = 0.0f;
-        if (j < k_end) {
-            /* this thread's key: its K row for the scores and its V row into shared memory, 64 dims at a
-             * time with every load of a chunk in flight together */
-            const __half *kr = a.k_cache + (long long)j * a.kv_dim + kvh * hd;
-            const __half *vr = a.v_cache + (long long)j * a.kv_dim + kvh * hd;
-            if ((hd & 7) == 0) {
-                for (int d0 = 0; d0 < hd; d0 += 8 * CH) {
-                    uint4 kv[CH], vv[CH];
-#pragma unroll
-                    for (int c = 0; c < CH; c++)
-                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c), vv[c] = *(const uint4 *)(vr + d0 + 8 * c);
-#pragma unroll
-                    for (int c = 0; c < CH; c++) {
-                        if (d0 + 8 * c >= hd) break;
-                        const __half2 *h2 = (const __half2 *)&kv[c];
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const float2 kk = __half22float2(h2[e]);
-                            const int d = d0 + 8 * c + 2 * e;
-#pragma unroll
-                            for (int g = 0; g < MG; g++)
-                                if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
-                        }
-                        *(uint4 *)&vs[tid * hd + d0 + 8 * c] = vv[c];
-                    }
-                }
-            } else {
-                for (int d = 0; d < hd; d += 2) {
-                    const float2 kk = __half22float2(*(const __half2 *)(kr + d));
-#pragma unroll
-                    for (int g = 0; g < MG; g++)
-                        if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
-                    *(__half2 *)&vs[tid * hd + d] = *(const __half2 *)(vr + d);
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < MG; g++)
-                if (g < G) ps[g][tid] = sc[g];
-        } else {
-#pragma unroll
-            for (int g = 0; g < MG; g++)
-                if (g < G) ps[g][tid] = -INFINITY;
-        }
-        att_sync();
-        for (int g = warp; g < G; g += ATT_THREADS / 32) {
-            const float v0 = ps[g][lane], v1 = ps[g][lane + 32];
-            const float m_old = m_sh[g];
-            const float m_new = fmaxf(m_old, warp_max(fmaxf(v0, v1)));
-            const float e0 = __expf(v0 - m_new), e1 = __expf(v1 - m_new);
-            ps[g][lane] = e0;
-            ps[g][lane + 32] = e1;
-            const float sum = warp_sum(e0 + e1);
-            if (lane == 0) {
-                const float alpha = __expf(m_old - m_new);
-                l_sh[g] = l_sh[g] * alpha + sum;
-                m_sh[g] = m_new;
-                alpha_sh[g] = alpha;
-            }
-        }
-        att_sync();
-        const int nk = min(ATT_THREADS, k_end - kb);
-#pragma unroll
-        for (int g = 0; g < MG; g++)
-            if (g < G)
-#pragma unroll
-                for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] *= alpha_sh[g];
-#pragma unroll 4
-        for (int jj = 0; jj < nk; jj++) {
-#pragma unroll
-            for (int c = 0; c < ATT_MAX_D; c++) {
-                const int d = tid + ATT_THREADS * c;
-                if (d < hd) {
-                    const float vv = __half2float(vs[jj * hd + d]);
-#pragma unroll
-                    for (int g = 0; g < MG; g++)
-                        if (g < G) acc[g][c] += ps[g][jj] * vv;
-                }
-            }
-        }
-        att_sync();
-    }
-
-    if (a.out || n_active == 1) {
-        /* the only split (or prefill): normalise and write */
-#pragma unroll
-        for (int g = 0; g < MG; g++) {
-            if (g >= G) break;
-            const int h = kvh * G + g;
-            const float inv = 1.0f / l_sh[g];
-#pragma unroll
-            for (int c = 0; c < ATT_MAX_D; c++) {
-                const int d = tid + ATT_THREADS * c;
-                if (d >= hd) continue;
-                if (a.out) a.out[(long long)t * a.out_stride + h * hd + d] = __float2half(acc[g][c] * inv);
-                else a.out_f[h * hd + d] = acc[g][c] * inv;
-            }
-        }
-        return;
-    }
-
-    /* several splits: write this one's partial; the last block of this KV head to finish combines them */
-#pragma unroll
-    for (int g = 0; g < MG; g++) {
-        if (g >= G) break;
-        float *p = a.part + ((long long)split * a.n_head + kvh * G + g) * (hd + 2);
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_D; c++) {
-            const int d = tid + ATT_THREADS * c;
-            if (d < hd) p[d] = acc[g][c];
-        }
-        if (tid == 0) p[hd] = m_sh[g], p[hd + 1] = l_sh[g];
-    }
-    __threadfence();
-    att_sync();
-    if (tid == 0) is_last = atomicAdd(&a.counters[kvh], 1u) == (unsigned)n_active - 1;
-    att_sync();
-    if (!is_last) return;
-    __threadfence();
-    float Mx[MG], Lx[MG];
-#pragma unroll
-    for (int g = 0; g < MG; g++) {
-        Mx[g] = -INFINITY, Lx[g] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
-    }
-#pragma unroll 4
-    for (int sp = 0; sp < n_active; sp++) {
-#pragma unroll
-        for (int g = 0; g < MG; g++) {
-            if (g >= G) break;
-            const float *p = a.part + ((long long)sp * a.n_head + kvh * G + g) * (hd + 2);
-            const float ms = __ldcg(p + hd), ls = __ldcg(p + hd + 1);
-            const float mn = fmaxf(Mx[g], ms);
-            const float f_old = __expf(Mx[g] - mn), f_new = __expf(ms - mn);
-            Lx[g] = Lx[g] * f_old + ls * f_new;
-#pragma unroll
-            for (int c = 0; c < ATT_MAX_D; c++) {
-                const int d = tid + ATT_THREADS * c;
-                if (d < hd) acc[g][c] = acc[g][c] * f_old + __ldcg(p + d) * f_new;
-            }
-            Mx[g] = mn;
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < MG; g++) {
-        if (g >= G) break;
-        const float inv = 1.0f / Lx[g];
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_D; c++) {
-            const int d = tid + ATT_THREADS * c;
-            if (d < hd) a.out_f[(kvh * G + g) * hd + d] = acc[g][c] * inv;
-        }
-    }
-    if (tid == 0) a.counters[kvh] = 0;
+/* Launches k with the programmatic-serialization attribute when PDL is on for this thread (ck_set_pdl) and
+ * `pdl` for this launch. */
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                   Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = ck_pdl_on() && pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 
 #endif

@@ -3,10 +3,8 @@
  *   k_matvec<T, R> decode matrix x vector, one row (R = 1) or up to R = 2, 4, 8 rows (matvec_block: its prologue
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
- *   k_attention    attention over the F16 KV cache, split across blocks with the last block of each KV
- *                  head combining the splits (decode), or whole (prefill)
  *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
- *   k_embed<T>, k_rmsnorm_rows, k_rope_store, k_swiglu_*, k_repack   the small pieces
+ *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -20,19 +18,13 @@
 
 using namespace nvcuda;
 
-/* ------------------------------------------------------------------ decode: matrix x vector, attention */
+/* ------------------------------------------------------------------ decode: matrix x vector */
 
 /* One row: two blocks per SM (<= 128 registers); several rows: one (their accumulators need more). */
 template <int T, int R>
 __global__ void __launch_bounds__(MV_THREADS, R == 1 ? 2 : 1) k_matvec(const __grid_constant__ mv_args a) {
     extern __shared__ float xs[];
     matvec_block<T, R>(a, blockIdx.x, gridDim.x, xs);
-}
-
-__global__ void __launch_bounds__(ATT_THREADS) k_attention(const __grid_constant__ attn_args a) {
-    __shared__ __align__(16) float sm[ATT_SMEM_BYTES / 4];
-    pdl_wait_then_trigger();
-    attention_item<ATT_MAX_G, 8>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
 }
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
@@ -45,7 +37,7 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const __grid_constant
 
 template <int T>
 __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
-                                              int ldc, int col_off, int add) {
+                                              int ldc, int col_off, int add, float *work) {
     __shared__ __align__(128) unsigned char smem[GB_M * C_LD * 4];
     pdl_wait_then_trigger();
     __half(*As)[G_LD] = (__half(*)[G_LD])smem;
@@ -54,7 +46,9 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
     const int tid = threadIdx.x, warp = tid >> 5;
     const int m0 = blockIdx.y * GB_M, n0 = blockIdx.x * GB_N;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-    const int K = w.in, k_tiles = (K + GB_K - 1) / GB_K;
+    const int K = w.in, n_kt = (K + GB_K - 1) / GB_K;
+    /* split-K (gridDim.z > 1): this block's stretch of k tiles, its partial tile to work[z] */
+    const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), k_tiles = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
 #pragma unroll
@@ -83,8 +77,8 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
         }
     };
 
-    load(0);
-    for (int kt = 0; kt < k_tiles; kt++) {
+    load(kt0);
+    for (int kt = kt0; kt < k_tiles; kt++) {
         *(uint4 *)&As[ar0][ac] = ra0;
         *(uint4 *)&As[ar1][ac] = ra1;
         __half2 hv[8];
@@ -119,10 +113,27 @@ __global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *
     for (int e = tid; e < GB_M * GB_N; e += 128) {
         const int r = e / GB_N, c = e % GB_N, t = m0 + r, n = n0 + c;
         if (t < n_tok && n < w.out) {
-            float *dst = C + (long long)t * ldc + col_off + n;
-            *dst = add ? *dst + Cs[r][c] : Cs[r][c];
+            if (gridDim.z > 1) {
+                work[((long long)blockIdx.z * n_tok + t) * w.out + n] = Cs[r][c];
+            } else {
+                float *dst = C + (long long)t * ldc + col_off + n;
+                *dst = add ? *dst + Cs[r][c] : Cs[r][c];
+            }
         }
     }
+}
+
+/* The split-K partials of a GEMM added in order of z, stored into (or added to) C. */
+__global__ void __launch_bounds__(256) k_gemm_reduce(const float *work, int ks, int n_tok, int out, float *C, int ldc,
+                                                     int col_off, int add) {
+    pdl_wait_then_trigger();
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, n = (long long)n_tok * out;
+    if (i >= n) return;
+    float v = 0.0f;
+    for (int z = 0; z < ks; z++) v += __ldcg(work + z * n + i);
+    const int t = (int)(i / out), c = (int)(i - (long long)t * out);
+    float *dst = C + (long long)t * ldc + col_off + c;
+    *dst = add ? *dst + v : v;
 }
 
 /* ------------------------------------------------------------------ small pieces */
@@ -140,11 +151,11 @@ __global__ void __launch_bounds__(128) k_embed(const dev_weight w, const int *id
     }
 }
 
-__global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const float *w, float eps, int n, __half *out,
-                                                      int out_stride) {
+__global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const int *idx, const float *w, float eps, int n,
+                                                      __half *out, int out_stride) {
     __shared__ float red[8];
     pdl_wait_then_trigger();
-    const float *xr = x + (long long)blockIdx.x * n;
+    const float *xr = x + (long long)(idx ? idx[blockIdx.x] : blockIdx.x) * n;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
     const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)n + eps);
@@ -152,10 +163,42 @@ __global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, const floa
         out[(long long)blockIdx.x * out_stride + i] = __float2half((xr[i] * scale) * w[i]);
 }
 
-__global__ void k_rope_store(float *qkv, int stride, int pos0, int nq, int nk, int head_dim, int n_rot,
-                             const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim) {
+/* One block per row: the argmax of its n values (larger value, then lower index). */
+__global__ void __launch_bounds__(1024) k_argmax_rows(const float *x, int n, int *out) {
+    __shared__ float bv_sh[32];
+    __shared__ int bi_sh[32];
     pdl_wait_then_trigger();
-    const int t = blockIdx.x, pos = pos0 + t;
+    const float *xr = x + (long long)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = 0x7FFFFFFF;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __ldcg(xr + i);
+        if (arg_better(v, i, bv, bi)) bv = v, bi = i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) bv_sh[warp] = bv, bi_sh[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (arg_better(bv_sh[w], bi_sh[w], bv, bi)) bv = bv_sh[w], bi = bi_sh[w];
+        out[blockIdx.x] = bi == 0x7FFFFFFF ? 0 : bi;
+    }
+}
+
+__global__ void k_rope_store(float *qkv, int stride, int pos0, const int *pos_dev, const int *seq_dev,
+                             long long seq_stride, int nq, int nk, int head_dim, int n_rot, const float *rope_freq,
+                             __half *k_cache, __half *v_cache, int kv_dim) {
+    pdl_wait_then_trigger();
+    const int t = blockIdx.x, pos = pos_dev ? pos_dev[t] : pos0 + t;
+    if (pos < 0) return; /* a padding row */
+    const long long so = seq_dev ? (long long)seq_dev[t] * seq_stride : 0;
+    k_cache += so, v_cache += so;
     float *row = qkv + (long long)t * stride;
     for (int pr = threadIdx.x; pr < (nq + nk) / 2; pr += blockDim.x) {
         const int gr = 2 * pr;
@@ -191,8 +234,9 @@ __device__ static void rope_pair(float *x, int i0, int i1, int pos, float freq) 
  * K/V append (ck_qkv_post). */
 __global__ void k_qkv_post(qkv_post_args a) {
     pdl_wait_then_trigger();
-    const int t = blockIdx.x, pos = a.pos_dev ? *a.pos_dev : a.pos0 + t;
+    const int t = blockIdx.x, pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
     float *row = a.qkv + (long long)t * a.stride;
+    const long long so = a.seq_dev && pos >= 0 ? (long long)a.seq_dev[t] * a.seq_stride : 0;
     const int nqk = a.nq + a.nk, hd = a.head_dim, half = a.n_rot / 2;
     if (a.bias) {
         for (int i = threadIdx.x; i < nqk + a.nk; i += blockDim.x) row[i] += a.bias[i];
@@ -216,14 +260,14 @@ __global__ void k_qkv_post(qkv_post_args a) {
         int i0 = 2 * j, i1 = 2 * j + 1;
         if (a.neox && j < half) i0 = j, i1 = j + half;
         if (j < half) rope_pair(x, i0, i1, pos, a.rope_freq[j]);
-        if (h * hd >= a.nq) {
-            __half *k = a.k_cache + (long long)pos * a.kv_dim + (h * hd - a.nq);
+        if (h * hd >= a.nq && pos >= 0) {
+            __half *k = a.k_cache + so + (long long)pos * a.kv_dim + (h * hd - a.nq);
             k[i0] = __float2half(x[i0]);
             k[i1] = __float2half(x[i1]);
         }
     }
-    for (int i = threadIdx.x; i < a.nk; i += blockDim.x)
-        a.v_cache[(long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
+    for (int i = threadIdx.x; pos >= 0 && i < a.nk; i += blockDim.x)
+        a.v_cache[so + (long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
 }
 
 __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out, int out_stride) {
@@ -266,8 +310,9 @@ static const struct {
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
-    {(const void *)k_attention, "attention"},
+    {(const void *)k_gemm_reduce, "gemm_reduce"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
+    {(const void *)k_argmax_rows, "argmax_rows"},
     {(const void *)k_rope_store, "rope_store"},
     {(const void *)k_qkv_post, "qkv_post"},
     {(const void *)k_swiglu_rows, "swiglu_rows"},
@@ -278,30 +323,13 @@ static const struct {
 /* per thread, set from the session at the start of each of its calls (no process-wide state) */
 static thread_local bool g_pdl = false;
 void ck_set_pdl(bool on) { g_pdl = on; }
-
-/* Launches k with the programmatic-serialization attribute when PDL is on (and `pdl` for this launch). */
-template <typename... KArgs, typename... Args>
-static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
-                   Args &&...args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = g_pdl && pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
-}
+bool ck_pdl_on(void) { return g_pdl; }
 
 #define N_TABLE ((int)(sizeof kernel_table / sizeof kernel_table[0]))
-int ck_kernel_count(void) { return N_TABLE; }
-const void *ck_kernel_at(int i) { return kernel_table[i].fn; }
-const char *ck_kernel_name(int i) { return kernel_table[i].name; }
-
-size_t ck_attention_smem(void) { return ATT_SMEM_BYTES; }
+/* this file's kernels, then the attention kernels (cuda_attention.cu) */
+int ck_kernel_count(void) { return N_TABLE + ck_attn_kernel_count(); }
+const void *ck_kernel_at(int i) { return i < N_TABLE ? kernel_table[i].fn : ck_attn_kernel_at(i - N_TABLE); }
+const char *ck_kernel_name(int i) { return i < N_TABLE ? kernel_table[i].name : ck_attn_kernel_name(i - N_TABLE); }
 
 size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16) * sizeof(float); }
 
@@ -373,33 +401,52 @@ void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
     }
 }
 
-void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st) {
-    launch(k_attention, dim3(n_split, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
-}
-
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st) {
 #define L(T) launch(k_embed<T>, dim3(n_tok), dim3(128), 0, st, false, w, ids, x)
     DISPATCH(w.type, L)
 #undef L
 }
 
-void ck_rmsnorm_rows(const float *x, const float *w, float eps, int n, int n_tok, __half *out, int out_stride,
-                     cudaStream_t st) {
-    launch(k_rmsnorm_rows, dim3(n_tok), dim3(256), 0, st, true, x, w, eps, n, out, out_stride);
+void ck_rmsnorm_rows(const float *x, const int *idx, const float *w, float eps, int n, int n_tok, __half *out,
+                     int out_stride, cudaStream_t st) {
+    launch(k_rmsnorm_rows, dim3(n_tok), dim3(256), 0, st, true, x, idx, w, eps, n, out, out_stride);
+}
+
+void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st) {
+    launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
+}
+
+void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+                   int ks, float *work, cudaStream_t st) {
+    const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, ks > 1 ? ks : 1);
+#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
+    DISPATCH(w.type, L)
+#undef L
+    if (ks > 1) {
+        const long long n = (long long)n_tok * w.out;
+        launch(k_gemm_reduce, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, st, true, (const float *)work, ks, n_tok,
+               w.out, C, ldc, col_off, add ? 1 : 0);
+    }
 }
 
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st) {
-    const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M);
-#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0)
-    DISPATCH(w.type, L)
-#undef L
+    ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, st);
 }
 
-void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
-                   const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
-    launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, nq, nk, head_dim, n_rot, rope_freq,
-           k_cache, v_cache, kv_dim);
+int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    const int blocks = ((w.out + GB_N - 1) / GB_N) * ((n_tok + GB_M - 1) / GB_M), n_kt = (w.in + GB_K - 1) / GB_K;
+    int ks = (2 * n_sm + blocks - 1) / blocks; /* two blocks per SM */
+    if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k tiles per block */
+    if (ks > 16) ks = 16;
+    return ks < 1 ? 1 : ks;
+}
+
+void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,
+                   long long seq_stride, int nq, int nk, int head_dim, int n_rot, const float *rope_freq,
+                   __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st) {
+    launch(k_rope_store, dim3(n_tok), dim3(256), 0, st, true, qkv, stride, pos0, pos_dev, seq_dev, seq_stride, nq, nk,
+           head_dim, n_rot, rope_freq, k_cache, v_cache, kv_dim);
 }
 
 void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st) {

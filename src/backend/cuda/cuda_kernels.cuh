@@ -83,24 +83,37 @@ struct mv_args {
     int *arg_out;
 };
 
-/* Attention over the cache for tokens t in [0, n_tok) at positions pos0 + t. Decode (out == NULL): block
- * (s, kvh) covers keys [s*chunk, (s+1)*chunk); with one active split it writes the normalised output to
- * out_f, else a partial, and the last block of the KV head to finish combines the partials into out_f.
- * Prefill (out != NULL, one split): all keys, the normalised output as half. */
+/* Attention over the F16 cache. k_cache / v_cache: layer il of sequence 0's region, rows of kv_dim halves;
+ * a sequence's region starts seq_stride halves after the previous one's.
+ * Prefill (ck_attention): tokens t in [0, n_tok) of one sequence at positions pos0 + t, all keys by one block
+ * per (KV head, token), the normalised output as half to out (out_stride).
+ * Decode (ck_attn_decode): one query row per row r of the step (row_seq[r], row_pos[r] in device memory;
+ * a row with pos < 0 is padding: its output is zeros and it reads no cache). Each row's n_keys = pos + 1
+ * keys are cut into n_split equal chunks at run time (the grid is fixed, the graph captured once); block
+ * (split, kvh, r) attends over its chunk, writes a partial, and the last block of (r, kvh) to finish combines
+ * the partials with all its threads. Output: out (half, out_stride per row) when set, else out_f (float,
+ * n_head * head_dim per row). */
 struct attn_args {
-    const float *q;             /* (n_tok, q_stride) */
+    const float *q;             /* (rows, q_stride) */
     int q_stride;
     const __half *k_cache, *v_cache;
-    int kv_dim, n_head, n_head_kv, head_dim, chunk;
-    const int *pos_dev;         /* when non-NULL, pos0 is read here */
-    int pos0;
-    float *part;                /* decode: (split, head, hd + 2) */
-    unsigned *counters;         /* decode: one per KV head, zero between launches */
-    float *out_f;               /* decode: (n_head * hd) */
-    __half *out;                /* prefill: (n_tok, out_stride) */
+    long long seq_stride;
+    int kv_dim, n_head, n_head_kv, head_dim;
+    int pos0;                   /* prefill */
+    const int *row_seq, *row_pos; /* decode */
+    int n_split;                /* decode: splits per (row, KV head), at most CK_ATT_MAX_SPLIT */
+    float *part;                /* decode: (row, split, head, hd + 2) */
+    unsigned *counters;         /* decode: one per (row, KV head), zero between launches */
+    float *out_f;
+    __half *out;
     int out_stride;
     float scale;
 };
+#define CK_ATT_MAX_SPLIT 128
+
+/* Splits of a decode attention over n_rows rows: enough blocks for two per SM, at most 32 and no more than
+ * n_ctx / 16. */
+int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */
 int ck_kernel_count(void);
@@ -113,36 +126,55 @@ size_t ck_matvec_smem_rows(int n, int nr);
 int ck_matvec_max_rows(int n, size_t smem_limit);
 
 cudaError_t ck_set_matvec_smem(size_t bytes);
-/* Shared memory of one attention item. */
-size_t ck_attention_smem(void);
 /* Programmatic dependent launch between consecutive kernels (sm_90 and newer) for launches from this
  * thread (each session sets its own before launching); off by default. */
 void ck_set_pdl(bool on);
+bool ck_pdl_on(void);
 
 /* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows: k_matvec<T, R> for R = 2, 4 or 8, the
  * smallest R >= nr). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 /* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
 int ck_matvec_plan(mv_args &a, int n_sm);
-void ck_attention(const attn_args &a, int n_split, int n_tok, cudaStream_t st);
+void ck_attention(const attn_args &a, int n_tok, cudaStream_t st);
+void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st);
+/* The attention kernels, for the kernel table (cuda_attention.cu). */
+int ck_attn_kernel_count(void);
+const void *ck_attn_kernel_at(int i);
+const char *ck_attn_kernel_name(int i);
 
 /* Prefill pieces. */
 /* x[t] = row ids[t] of w (dequantized), t < n_tok. */
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st);
-void ck_rmsnorm_rows(const float *x, const float *w, float eps, int n, int n_tok, __half *out, int out_stride,
-                     cudaStream_t st);
+/* out[t] = RMSNorm(x[idx[t]]) * w as half (idx NULL: row t), t < n_tok. */
+void ck_rmsnorm_rows(const float *x, const int *idx, const float *w, float eps, int n, int n_tok, __half *out,
+                     int out_stride, cudaStream_t st);
+/* out[t] = the index of the largest of the n values of row t (the lowest index among equals), t < n_rows. */
+void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st);
 /* C[t][col_off + r] (=|+=) sum_k A[t][k] W[r][k]; A half (n_tok, lda), lda a multiple of 32 with zero padding. */
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st);
-void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, int nq, int nk, int head_dim, int n_rot,
-                   const float *rope_freq, __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st);
+/* The same with the k range split over ks blocks (ks > 1: partials in work, ks * n_tok * w.out floats, then
+ * added in order by a second kernel: deterministic); ck_gemm_splits: the ks that fills the GPU for n_tok rows. */
+void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+                   int ks, float *work, cudaStream_t st);
+int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm);
+/* RoPE of q and k of n_tok rows in place, k and v appended to the cache: row t at position pos0 + t, or at
+ * pos_dev[t] of sequence seq_dev[t] (a sequence's cache seq_stride halves after the previous one's; a row
+ * with position < 0 appends nothing) when pos_dev is set. */
+void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,
+                   long long seq_stride, int nq, int nk, int head_dim, int n_rot, const float *rope_freq,
+                   __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st);
 /* The Q/K/V rows after their matmul when the blocks ask for more than RoPE (biases, per-head RMSNorm of q and
  * k, NEOX RoPE): in this order, as the CPU backend does, then q stays in place and k, v go to the cache. */
 typedef struct qkv_post_args {
     float *qkv;
     int stride;                    /* floats between the rows of q|k|v */
     int pos0;                      /* position of row 0 (rows follow), unless pos_dev */
-    const int *pos_dev;            /* one row at *pos_dev (the decode graph reads it from device memory) */
+    const int *pos_dev;            /* row t at pos_dev[t] of sequence seq_dev[t] (a decode step reads them from
+                                    * device memory; position < 0: a padding row, nothing appended) */
+    const int *seq_dev;
+    long long seq_stride;          /* halves between two sequences' caches */
     int nq, nk, head_dim, n_rot;
     bool neox;                     /* pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
     const float *bias;             /* nq + 2 nk floats, or NULL */

@@ -198,7 +198,7 @@ extern "C" kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t) {
 }
 
 extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, const float *x, int n_tok,
-                                           float *y) {
+                                           int ks, float *y) {
     test_bufs b;
     kiln_status st = tb_init(&b);
     dev_weight dw;
@@ -212,7 +212,8 @@ extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in,
                 for (int k = 0; k < in; k++) xh[(size_t)t * lda + k] = kiln_f32_to_f16(x[(size_t)t * in + k]);
             __half *da = (__half *)tb_alloc(&b, (size_t)n_tok * lda * 2, xh);
             float *dy = (float *)tb_alloc(&b, (size_t)n_tok * out * 4, NULL);
-            ck_gemm(dw, da, lda, n_tok, dy, out, 0, false, b.st);
+            float *work = ks > 1 ? (float *)tb_alloc(&b, (size_t)ks * n_tok * out * 4, NULL) : NULL;
+            ck_gemm_split(dw, da, lda, n_tok, dy, out, 0, false, ks, work, b.st);
             st = tb_finish(&b, y, dy, (size_t)n_tok * out * 4);
         }
         kiln_free(xh);
@@ -222,9 +223,7 @@ extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in,
 }
 
 extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head,
-                                                int n_head_kv, int head_dim, int pos0, int n_tok, bool split,
-                                                float *out) {
-    if (split && n_tok != 1) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: the split path takes one token");
+                                                int n_head_kv, int head_dim, int pos0, int n_tok, float *out) {
     if (n_head % n_head_kv || n_head / n_head_kv > CK_ATT_MAX_G || head_dim > 256 || head_dim % 2)
         return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: unsupported attention shape");
     test_bufs b;
@@ -244,27 +243,75 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
         at.v_cache = (const __half *)tb_alloc(&b, (size_t)n_keys * KV * 2, vh);
         at.kv_dim = KV, at.n_head = n_head, at.n_head_kv = n_head_kv, at.head_dim = head_dim;
         at.scale = 1.0f / sqrtf((float)head_dim);
-        if (split) {
-            /* decode: splits of DEC_CHUNK keys (and one idle split beyond the last), combined by the last */
-            const int n_split = (n_keys + DEC_CHUNK - 1) / DEC_CHUNK + 1;
-            int *dpos = (int *)tb_alloc(&b, 4, &pos0);
-            float *part = (float *)tb_alloc(&b, (size_t)n_split * n_head * (head_dim + 2) * 4, NULL);
-            unsigned *cnt = (unsigned *)tb_alloc(&b, (size_t)n_head_kv * 4, NULL);
-            float *dy = (float *)tb_alloc(&b, (size_t)Q * 4, NULL);
-            at.chunk = DEC_CHUNK, at.pos_dev = dpos, at.part = part, at.counters = cnt, at.out_f = dy;
-            ck_attention(at, n_split, 1, b.st);
-            st = tb_finish(&b, out, dy, (size_t)Q * 4);
-        } else {
-            __half *dout = (__half *)tb_alloc(&b, (size_t)n_tok * Q * 2, NULL);
-            at.chunk = n_keys, at.pos0 = pos0, at.out = dout, at.out_stride = Q;
-            ck_attention(at, 1, n_tok, b.st);
-            st = tb_finish(&b, oh, dout, (size_t)n_tok * Q * 2);
-            if (st == KILN_OK)
-                for (size_t i = 0; i < (size_t)n_tok * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
-        }
+        __half *dout = (__half *)tb_alloc(&b, (size_t)n_tok * Q * 2, NULL);
+        at.pos0 = pos0, at.out = dout, at.out_stride = Q;
+        ck_attention(at, n_tok, b.st);
+        st = tb_finish(&b, oh, dout, (size_t)n_tok * Q * 2);
+        if (st == KILN_OK)
+            for (size_t i = 0; i < (size_t)n_tok * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
     }
     kiln_free(kh);
     kiln_free(oh);
+    tb_free(&b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const float *v, int n_head,
+                                                     int n_head_kv, int head_dim, int n_ctx, int n_rows,
+                                                     const int *seq, const int *pos, int n_split, bool half_out,
+                                                     float *out) {
+    if (n_head % n_head_kv || n_head / n_head_kv > CK_ATT_MAX_G || head_dim > 256 || head_dim % 2 || n_rows < 1 ||
+        n_split < 0 || n_split > CK_ATT_MAX_SPLIT)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: unsupported attention shape");
+    int n_seqs = 1;
+    for (int r = 0; r < n_rows; r++) {
+        if (pos[r] >= n_ctx || seq[r] < 0) return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: row %d outside", r);
+        n_seqs = seq[r] + 1 > n_seqs ? seq[r] + 1 : n_seqs;
+    }
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    const int Q = n_head * head_dim, KV = n_head_kv * head_dim;
+    const size_t nkv = (size_t)n_seqs * n_ctx * KV;
+    uint16_t *kh = (uint16_t *)kiln_malloc(nkv * 2 * 2 + (size_t)n_rows * Q * 2);
+    int *rows = (int *)kiln_malloc((size_t)n_rows * 2 * sizeof(int));
+    if (st == KILN_OK && (!kh || !rows)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
+    if (st == KILN_OK) {
+        uint16_t *vh = kh + nkv, *oh = vh + nkv;
+        for (size_t i = 0; i < nkv; i++) kh[i] = kiln_f32_to_f16(k[i]), vh[i] = kiln_f32_to_f16(v[i]);
+        for (int r = 0; r < n_rows; r++) rows[r] = seq[r], rows[n_rows + r] = pos[r];
+        kiln_cuda_device_info di;
+        kiln_cuda_probe(&di);
+        attn_args at;
+        memset(&at, 0, sizeof at);
+        at.q = (const float *)tb_alloc(&b, (size_t)n_rows * Q * 4, q);
+        at.q_stride = Q;
+        at.k_cache = (const __half *)tb_alloc(&b, nkv * 2, kh);
+        at.v_cache = (const __half *)tb_alloc(&b, nkv * 2, vh);
+        at.seq_stride = (long long)n_ctx * KV;
+        at.kv_dim = KV, at.n_head = n_head, at.n_head_kv = n_head_kv, at.head_dim = head_dim;
+        at.scale = 1.0f / sqrtf((float)head_dim);
+        const int *drows = (const int *)tb_alloc(&b, (size_t)n_rows * 2 * sizeof(int), rows);
+        at.row_seq = drows, at.row_pos = drows + n_rows;
+        at.n_split = n_split ? n_split : ck_attn_splits(n_rows, n_head_kv, n_ctx, di.n_sm);
+        at.part = (float *)tb_alloc(&b, (size_t)n_rows * at.n_split * n_head * (head_dim + 2) * 4, NULL);
+        at.counters = (unsigned *)tb_alloc(&b, (size_t)n_rows * n_head_kv * 4, NULL);
+        void *dy = tb_alloc(&b, (size_t)n_rows * Q * 4, NULL);
+        if (half_out) at.out = (__half *)dy, at.out_stride = Q;
+        else at.out_f = (float *)dy;
+        /* twice, the output made NaN between: the counters must be back at zero after a launch */
+        ck_attn_decode(at, n_rows, b.st);
+        cudaMemsetAsync(dy, 0xFF, (size_t)n_rows * Q * 4, b.st);
+        ck_attn_decode(at, n_rows, b.st);
+        if (half_out) {
+            st = tb_finish(&b, oh, dy, (size_t)n_rows * Q * 2);
+            if (st == KILN_OK)
+                for (size_t i = 0; i < (size_t)n_rows * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
+        } else {
+            st = tb_finish(&b, out, dy, (size_t)n_rows * Q * 4);
+        }
+    }
+    kiln_free(kh);
+    kiln_free(rows);
     tb_free(&b);
     return st;
 }

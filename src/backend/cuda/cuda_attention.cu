@@ -1,0 +1,395 @@
+/*
+ * cuda_attention.cu — attention over the F16 KV cache (see attn_args in cuda_kernels.cuh):
+ *   k_attn_decode<MG, VEC>  decode: rows of one step, each its own sequence and length; block
+ *                  (split, kvh, row) over one chunk of the row's keys, 16-byte K/V loads by groups of
+ *                  head_dim / 8 lanes (one key per group), scores in shared memory, online softmax over
+ *                  sub-chunks; the last block of (row, kvh) combines the partials with all its threads
+ *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
+ * and their launchers. MG: query heads per KV head rounded up to 1, 2, 4, 8; VEC: head_dim % 8 == 0.
+ */
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_device.cuh"
+
+#include <math.h>
+
+#define AD_THREADS 256
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_SUB 128 /* keys whose scores are in shared memory at once */
+
+/* ------------------------------------------------------------------ decode */
+
+/* This lane's 8 values of a head's row (dims 8 * li ..; zeros past hd), as floats. */
+template <bool VEC>
+static __device__ __forceinline__ void load8(const __half *row, int li, int hd, float f[8]) {
+    if constexpr (VEC) {
+        if (8 * li < hd) {
+            const uint4 u = __ldcg((const uint4 *)(row + 8 * li));
+            const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 v = __half22float2(h[e]);
+                f[2 * e] = v.x, f[2 * e + 1] = v.y;
+            }
+            return;
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = 0.0f;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = 8 * li + e < hd ? __half2float(row[8 * li + e]) : 0.0f;
+    }
+}
+
+/* Output element i (of n_head * hd) of row r. */
+static __device__ __forceinline__ void attn_put(const attn_args &a, int r, int i, float v) {
+    if (a.out) a.out[(long long)r * a.out_stride + i] = __float2half(v);
+    else a.out_f[(long long)r * a.n_head * a.head_dim + i] = v;
+}
+
+/* The last block of (row r, kvh): softmax weights of the n_active partials per head (a warp per head),
+ * then every output element as the weighted sum over the splits (all threads). */
+template <int MG>
+static __device__ void attn_combine(const attn_args &a, int r, int kvh, int n_active, float *wsm) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = a.head_dim, G = a.n_head / a.n_head_kv, stride = hd + 2;
+    const float *base = a.part + (long long)r * a.n_split * a.n_head * stride;
+    for (int g = warp; g < G; g += AD_WARPS) {
+        const int h = kvh * G + g;
+        float mx = -INFINITY;
+        for (int sp = lane; sp < n_active; sp += 32) mx = fmaxf(mx, __ldcg(base + ((long long)sp * a.n_head + h) * stride + hd));
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int sp = lane; sp < n_active; sp += 32) {
+            const float *p = base + ((long long)sp * a.n_head + h) * stride;
+            const float w = __expf(__ldcg(p + hd) - mx);
+            wsm[sp * MG + g] = w;
+            sum += w * __ldcg(p + hd + 1);
+        }
+        sum = warp_sum(sum);
+        const float inv = 1.0f / sum;
+        for (int sp = lane; sp < n_active; sp += 32) wsm[sp * MG + g] *= inv;
+    }
+    __syncthreads();
+    for (int i = tid; i < G * hd; i += AD_THREADS) {
+        const int g = i / hd, d = i - g * hd, h = kvh * G + g;
+        const float *p = base + (long long)h * stride + d;
+        float acc = 0.0f;
+#pragma unroll 16
+        for (int sp = 0; sp < n_active; sp++) acc += wsm[sp * MG + g] * __ldcg(p + (long long)sp * a.n_head * stride);
+        attn_put(a, r, kvh * G * hd + i, acc);
+    }
+}
+
+template <int MG, bool VEC>
+__global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constant__ attn_args a) {
+    __shared__ float sc[MG][AD_SUB];
+    __shared__ float m_sh[MG], l_sh[MG], al_sh[MG];
+    __shared__ float red[MG * 256];
+    __shared__ float wsm[CK_ATT_MAX_SPLIT * MG];
+    __shared__ int is_last;
+    pdl_wait_then_trigger();
+    const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
+    int L = 1; /* lanes per key: head_dim / 8 rounded up to a power of two */
+    while (8 * L < hd) L <<= 1;
+    const int li = lane & (L - 1), kps = AD_THREADS / L, kq = tid / L;
+    const int pos = __ldcg(a.row_pos + r);
+    if (pos < 0) { /* a padding row: zeros, nothing read */
+        if (split == 0)
+            for (int i = tid; i < G * hd; i += AD_THREADS) attn_put(a, r, kvh * G * hd + i, 0.0f);
+        return;
+    }
+    const long long seq = __ldcg(a.row_seq + r);
+    const int n_keys = pos + 1;
+    int chunk = (n_keys + a.n_split - 1) / a.n_split;
+    chunk = (chunk + kps - 1) / kps * kps;
+    const int n_active = (n_keys + chunk - 1) / chunk;
+    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    if (k0 >= k1) return; /* an idle split */
+    const __half *kbase = a.k_cache + seq * a.seq_stride + kvh * hd;
+    const __half *vbase = a.v_cache + seq * a.seq_stride + kvh * hd;
+
+    float q[MG][8], acc[MG][8];
+#pragma unroll
+    for (int g = 0; g < MG; g++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int d = 8 * li + e;
+            q[g][e] = g < G && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (kvh * G + g) * hd + d) * a.scale : 0.0f;
+            acc[g][e] = 0.0f;
+        }
+    if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
+
+    for (int kb = k0; kb < k1; kb += AD_SUB) {
+        const int n = min(AD_SUB, k1 - kb);
+        /* scores: a group of L lanes per key, the group's partial dot products added by shuffles */
+#pragma unroll 2
+        for (int st = 0; st * kps < n; st++) {
+            const int kk = st * kps + kq;
+            const bool ok = kk < n;
+            float kf[8];
+            load8<VEC>(kbase + (long long)(kb + (ok ? kk : 0)) * a.kv_dim, li, hd, kf);
+            float s[MG];
+#pragma unroll
+            for (int g = 0; g < MG; g++) {
+                s[g] = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) s[g] = fmaf(q[g][e], kf[e], s[g]);
+            }
+            for (int o = L >> 1; o > 0; o >>= 1)
+#pragma unroll
+                for (int g = 0; g < MG; g++) s[g] += __shfl_xor_sync(0xFFFFFFFFu, s[g], o);
+            if (ok && li == 0)
+#pragma unroll
+                for (int g = 0; g < MG; g++) sc[g][kk] = s[g];
+        }
+        __syncthreads();
+        /* online softmax: a warp per head */
+        for (int g = warp; g < G; g += AD_WARPS) {
+            float mx = -INFINITY;
+            for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g][j]);
+            const float m_old = m_sh[g], m_new = fmaxf(m_old, warp_max(mx));
+            float sum = 0.0f;
+            for (int j = lane; j < n; j += 32) {
+                const float e = __expf(sc[g][j] - m_new);
+                sc[g][j] = e;
+                sum += e;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                const float alpha = __expf(m_old - m_new);
+                l_sh[g] = l_sh[g] * alpha + sum;
+                m_sh[g] = m_new;
+                al_sh[g] = alpha;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < MG; g++) {
+            const float al = g < G ? al_sh[g] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] *= al;
+        }
+#pragma unroll 2
+        for (int st = 0; st * kps < n; st++) {
+            const int kk = st * kps + kq;
+            if (kk >= n) break;
+            float vf[8];
+            load8<VEC>(vbase + (long long)(kb + kk) * a.kv_dim, li, hd, vf);
+#pragma unroll
+            for (int g = 0; g < MG; g++) {
+                const float p = g < G ? sc[g][kk] : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+            }
+        }
+        __syncthreads();
+    }
+
+    /* the key groups of a warp, then the warps in order (deterministic): red[g * hd + d] */
+    for (int o = L; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < MG; g++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[g][e], o);
+    for (int w = 0; w < AD_WARPS; w++) {
+        if (warp == w && lane < L)
+#pragma unroll
+            for (int g = 0; g < MG; g++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int d = 8 * li + e;
+                    if (g < G && d < hd) red[g * hd + d] = (w ? red[g * hd + d] : 0.0f) + acc[g][e];
+                }
+        __syncthreads();
+    }
+    if (n_active == 1) {
+        for (int i = tid; i < G * hd; i += AD_THREADS) attn_put(a, r, kvh * G * hd + i, red[i] / l_sh[i / hd]);
+        return;
+    }
+    const int stride = hd + 2;
+    float *part = a.part + ((long long)r * a.n_split + split) * a.n_head * stride;
+    for (int i = tid; i < G * hd; i += AD_THREADS) {
+        const int g = i / hd, d = i - g * hd;
+        part[(kvh * G + g) * stride + d] = red[i];
+    }
+    if (tid < G) part[(kvh * G + tid) * stride + hd] = m_sh[tid], part[(kvh * G + tid) * stride + hd + 1] = l_sh[tid];
+    __threadfence();
+    __syncthreads();
+    unsigned *cnt = a.counters + (long long)r * a.n_head_kv + kvh;
+    if (tid == 0) is_last = atomicAdd(cnt, 1u) == (unsigned)n_active - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    attn_combine<MG>(a, r, kvh, n_active, wsm);
+    if (tid == 0) *cnt = 0;
+}
+
+/* ------------------------------------------------------------------ prefill */
+
+#define ATT_THREADS 64
+#define ATT_MAX_D CK_ATT_MAX_D /* head_dim <= 256 */
+
+/* Token t of one sequence (position pos0 + t) for KV head kvh over all its keys 0..pos0+t, by the block's
+ * ATT_THREADS threads: a key per thread for the scores, its V row into shared memory, online softmax per 64
+ * keys, the normalised output as half. */
+__global__ void __launch_bounds__(ATT_THREADS) k_attention(const __grid_constant__ attn_args a) {
+    constexpr int MG = CK_ATT_MAX_G;
+    __shared__ float qs[MG * 256];
+    __shared__ float ps[MG][ATT_THREADS];
+    __shared__ float m_sh[MG], l_sh[MG], alpha_sh[MG];
+    __shared__ __align__(16) __half vs[ATT_THREADS * 256];
+    pdl_wait_then_trigger();
+    const int kvh = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
+    for (int i = tid; i < G * hd; i += ATT_THREADS) {
+        const int g = i / hd, d = i - g * hd;
+        qs[i] = __ldcg(a.q + (long long)t * a.q_stride + (kvh * G + g) * hd + d) * a.scale;
+    }
+    const int k_end = a.pos0 + t + 1;
+    if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
+    float acc[MG][ATT_MAX_D];
+#pragma unroll
+    for (int g = 0; g < MG; g++)
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] = 0.0f;
+    __syncthreads();
+    for (int kb = 0; kb < k_end; kb += ATT_THREADS) {
+        const int j = kb + tid;
+        float sc[MG];
+#pragma unroll
+        for (int g = 0; g < MG; g++) sc[g] = 0.0f;
+        if (j < k_end) {
+            const __half *kr = a.k_cache + (long long)j * a.kv_dim + kvh * hd;
+            const __half *vr = a.v_cache + (long long)j * a.kv_dim + kvh * hd;
+            if ((hd & 7) == 0) { /* 16-byte pieces, 8 of a K and a V row in flight together */
+                for (int d0 = 0; d0 < hd; d0 += 64) {
+                    uint4 kv[8], vv[8];
+#pragma unroll
+                    for (int c = 0; c < 8; c++)
+                        if (d0 + 8 * c < hd) kv[c] = *(const uint4 *)(kr + d0 + 8 * c), vv[c] = *(const uint4 *)(vr + d0 + 8 * c);
+#pragma unroll
+                    for (int c = 0; c < 8; c++) {
+                        if (d0 + 8 * c >= hd) break;
+                        const __half2 *h2 = (const __half2 *)&kv[c];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float2 kk = __half22float2(h2[e]);
+                            const int d = d0 + 8 * c + 2 * e;
+#pragma unroll
+                            for (int g = 0; g < MG; g++)
+                                if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                        }
+                        *(uint4 *)&vs[tid * hd + d0 + 8 * c] = vv[c];
+                    }
+                }
+            } else {
+                for (int d = 0; d < hd; d += 2) {
+                    const float2 kk = __half22float2(*(const __half2 *)(kr + d));
+#pragma unroll
+                    for (int g = 0; g < MG; g++)
+                        if (g < G) sc[g] += qs[g * hd + d] * kk.x + qs[g * hd + d + 1] * kk.y;
+                    *(__half2 *)&vs[tid * hd + d] = *(const __half2 *)(vr + d);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < MG; g++)
+                if (g < G) ps[g][tid] = sc[g];
+        } else {
+#pragma unroll
+            for (int g = 0; g < MG; g++)
+                if (g < G) ps[g][tid] = -INFINITY;
+        }
+        __syncthreads();
+        for (int g = warp; g < G; g += ATT_THREADS / 32) {
+            const float v0 = ps[g][lane], v1 = ps[g][lane + 32];
+            const float m_old = m_sh[g];
+            const float m_new = fmaxf(m_old, warp_max(fmaxf(v0, v1)));
+            const float e0 = __expf(v0 - m_new), e1 = __expf(v1 - m_new);
+            ps[g][lane] = e0;
+            ps[g][lane + 32] = e1;
+            const float sum = warp_sum(e0 + e1);
+            if (lane == 0) {
+                const float alpha = __expf(m_old - m_new);
+                l_sh[g] = l_sh[g] * alpha + sum;
+                m_sh[g] = m_new;
+                alpha_sh[g] = alpha;
+            }
+        }
+        __syncthreads();
+        const int nk = min(ATT_THREADS, k_end - kb);
+#pragma unroll
+        for (int g = 0; g < MG; g++)
+            if (g < G)
+#pragma unroll
+                for (int c = 0; c < ATT_MAX_D; c++) acc[g][c] *= alpha_sh[g];
+#pragma unroll 4
+        for (int jj = 0; jj < nk; jj++) {
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_D; c++) {
+                const int d = tid + ATT_THREADS * c;
+                if (d < hd) {
+                    const float vv = __half2float(vs[jj * hd + d]);
+#pragma unroll
+                    for (int g = 0; g < MG; g++)
+                        if (g < G) acc[g][c] += ps[g][jj] * vv;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int g = 0; g < MG; g++) {
+        if (g >= G) break;
+        const int h = kvh * G + g;
+        const float inv = 1.0f / l_sh[g];
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_D; c++) {
+            const int d = tid + ATT_THREADS * c;
+            if (d < hd) a.out[(long long)t * a.out_stride + h * hd + d] = __float2half(acc[g][c] * inv);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ table and launchers */
+
+#define AD_ENTRY(MG, VEC) {(const void *)k_attn_decode<MG, VEC>, "attn_decode<" #MG "," #VEC ">"},
+static const struct {
+    const void *fn;
+    const char *name;
+} attn_table[] = {
+    AD_ENTRY(1, true) AD_ENTRY(2, true) AD_ENTRY(4, true) AD_ENTRY(8, true)
+    AD_ENTRY(1, false) AD_ENTRY(2, false) AD_ENTRY(4, false) AD_ENTRY(8, false)
+    {(const void *)k_attention, "attention"},
+};
+#define N_ATTN ((int)(sizeof attn_table / sizeof attn_table[0]))
+int ck_attn_kernel_count(void) { return N_ATTN; }
+const void *ck_attn_kernel_at(int i) { return attn_table[i].fn; }
+const char *ck_attn_kernel_name(int i) { return attn_table[i].name; }
+
+int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm) {
+    int s = (2 * n_sm + n_rows * n_head_kv - 1) / (n_rows * n_head_kv);
+    if (s > 32) s = 32; /* the combine reads every split's partial: more splits cost it more than they save */
+    if (s > (n_ctx + 15) / 16) s = (n_ctx + 15) / 16;
+    return s < 1 ? 1 : s;
+}
+
+void ck_attention(const attn_args &a, int n_tok, cudaStream_t st) {
+    launch(k_attention, dim3(1, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
+}
+
+void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st) {
+    const int G = a.n_head / a.n_head_kv;
+    const bool vec = a.head_dim % 8 == 0;
+    const dim3 grid(a.n_split, a.n_head_kv, n_rows), block(AD_THREADS);
+#define AD_L(MG)                                                                              \
+    (vec ? launch(k_attn_decode<MG, true>, grid, block, 0, st, true, a)                       \
+         : launch(k_attn_decode<MG, false>, grid, block, 0, st, true, a))
+    if (G <= 1) AD_L(1);
+    else if (G <= 2) AD_L(2);
+    else if (G <= 4) AD_L(4);
+    else AD_L(8);
+#undef AD_L
+}
