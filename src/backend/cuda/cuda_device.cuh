@@ -227,6 +227,16 @@ static __device__ float block_sum(float v, float *red) {
 /* (value, index) order for the argmax: larger value, then lower index. */
 static __device__ __forceinline__ bool arg_better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
+/* The best (value, index) of the warp's lanes into every lane's (bv, bi), in arg_better's order. */
+static __device__ __forceinline__ void warp_argmax(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+}
+
 /* ------------------------------------------------------------------ decode: matrix x vector */
 
 /* Pulls into L2 the weight rows that this warp will read for pair group pg (nothing past the last pair): at
@@ -439,12 +449,7 @@ static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block
         const int id = ((volatile int *)a.arg_idx)[warp * n_blocks + i];
         if (arg_better(v, id, bv, bi)) bv = v, bi = id;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    warp_argmax(bv, bi);
     if (lane == 0) {
         a.arg_out[warp] = bi == 0x7FFFFFFF ? 0 : bi;
         if (warp == 0) *a.counter = 0;

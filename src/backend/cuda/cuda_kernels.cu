@@ -175,12 +175,7 @@ __global__ void __launch_bounds__(1024) k_argmax_rows(const float *x, int n, int
         const float v = __ldcg(xr + i);
         if (arg_better(v, i, bv, bi)) bv = v, bi = i;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-        const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-        if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    warp_argmax(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) bv_sh[warp] = bv, bi_sh[warp] = bi;
     __syncthreads();

@@ -135,12 +135,7 @@ static __device__ void route_row(const moe_args &a, int row, int lane) {
 #pragma unroll
         for (int i = 0; i < PL; i++)
             if (arg_better(p[i], lane + 32 * i, bv, bi)) bv = p[i], bi = lane + 32 * i;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
-            const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
-            if (arg_better(ov, oi, bv, bi)) bv = ov, bi = oi;
-        }
+        warp_argmax(bv, bi);
 #pragma unroll
         for (int i = 0; i < PL; i++)
             if (lane + 32 * i == bi) p[i] = -1.0f; /* taken */

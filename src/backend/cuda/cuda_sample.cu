@@ -111,25 +111,17 @@ template <class T> __device__ __forceinline__ T warp_sum(T v) {
     return v;
 }
 
-__device__ u64 block_sum_u64(u64 v, smem_t &sm) {
+template <class T> __device__ T block_sum_of(T v, T *red) {
     v = warp_sum(v);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();
-    if (lane == 0) sm.red64[w] = v;
+    if (lane == 0) red[w] = v;
     __syncthreads();
-    v = lane < ST / 32 ? sm.red64[lane] : 0;
+    v = lane < ST / 32 ? red[lane] : T(0);
     return warp_sum(v);
 }
-
-__device__ double block_sum_d(double v, smem_t &sm) {
-    v = warp_sum(v);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) sm.redd[w] = v;
-    __syncthreads();
-    v = lane < ST / 32 ? sm.redd[lane] : 0.0;
-    return warp_sum(v);
-}
+__device__ u64 block_sum_u64(u64 v, smem_t &sm) { return block_sum_of(v, sm.red64); }
+__device__ double block_sum_d(double v, smem_t &sm) { return block_sum_of(v, sm.redd); }
 
 __device__ u64 block_max_u64(u64 v, smem_t &sm) {
     for (int o = 16; o; o >>= 1) { const u64 x = __shfl_xor_sync(0xffffffffu, v, o); v = x > v ? x : v; }
