@@ -145,6 +145,18 @@ int32_t test_argmax(const float *x, int n) {
 }
 
 uint64_t test_heap_calls(void) { return atomic_load(&heap_calls); }
+
+void test_check_after_open(const char *file, int line, const char *what, const kiln_stats *st, uint64_t heap) {
+    const struct { const char *name; uint64_t n; } c[] = {
+        {"heap calls", heap},           {"host_allocs", st->host_allocs},       {"device_allocs", st->device_allocs},
+        {"module_loads", st->module_loads}, {"graph_captures", st->graph_captures}, {"jit_compiles", st->jit_compiles},
+    };
+    printf("  %s:", what);
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) printf(" %s %llu", c[i].name, (unsigned long long)c[i].n);
+    printf("\n");
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        if (c[i].n) test_failf(file, line, "%s: %s %llu, want 0", what, c[i].name, (unsigned long long)c[i].n);
+}
 void *__real_malloc(size_t);
 void *__real_calloc(size_t, size_t);
 void *__real_realloc(void *, size_t);

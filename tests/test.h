@@ -78,4 +78,9 @@ int32_t test_argmax(const float *x, int n);
 /* Heap calls made by any code in the test binary (counted by -Wl,--wrap wrappers). */
 uint64_t test_heap_calls(void);
 
+/* The first-call contract after open: prints what (e.g. "after open") with the session's counters and the heap
+ * calls counted around the calls, and fails at the caller's line unless every one of them is 0. */
+void test_check_after_open(const char *file, int line, const char *what, const kiln_stats *st, uint64_t heap_calls);
+#define CHECK_NOTHING_AFTER_OPEN(what, st, heap_calls) test_check_after_open(__FILE__, __LINE__, what, &(st), heap_calls)
+
 #endif

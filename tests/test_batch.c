@@ -363,14 +363,7 @@ TEST(batch_cuda_gates_every_bucket_nothing_allocated_loaded_or_captured) {
     const uint64_t calls = test_heap_calls() - before;
     kiln_stats st;
     kiln_session_stats(s, &st);
-    printf("  after open: heap calls %llu, host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu\n",
-           (unsigned long long)calls, (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
-           (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures);
-    CHECK_EQ_INT(calls, 0);
-    CHECK_EQ_INT(st.host_allocs, 0);
-    CHECK_EQ_INT(st.device_allocs, 0);
-    CHECK_EQ_INT(st.module_loads, 0);
-    CHECK_EQ_INT(st.graph_captures, 0);
+    CHECK_NOTHING_AFTER_OPEN("after open", st, calls);
     kiln_session_close(s);
     kiln_model_close(m);
 }

@@ -659,17 +659,7 @@ static void gates_after_open(const char *rel) {
     const uint64_t heap = test_heap_calls() - heap0;
     kiln_stats st;
     kiln_session_stats(s, &st);
-    printf("  %s after open: host_allocs %llu device_allocs %llu module_loads %llu graph_captures %llu jit %llu; "
-           "malloc calls in the process %llu\n", rel,
-           (unsigned long long)st.host_allocs, (unsigned long long)st.device_allocs,
-           (unsigned long long)st.module_loads, (unsigned long long)st.graph_captures,
-           (unsigned long long)st.jit_compiles, (unsigned long long)heap);
-    CHECK_EQ_INT(st.host_allocs, 0);
-    CHECK_EQ_INT(st.device_allocs, 0);
-    CHECK_EQ_INT(st.module_loads, 0);
-    CHECK_EQ_INT(st.graph_captures, 0);
-    CHECK_EQ_INT(st.jit_compiles, 0);
-    CHECK_EQ_INT(heap, 0);
+    CHECK_NOTHING_AFTER_OPEN(rel, st, heap);
     CHECK_EQ_INT(st.tokens_decoded, 32);
     kiln_session_close(s);
     kiln_model_close(m);
