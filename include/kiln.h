@@ -117,8 +117,10 @@ typedef struct kiln_session_options {
     bool no_warm;     /* skip the warm pass (for measuring what it buys; never the default) */
     /* Experimental CUDA paths (ignored on the CPU; may change between versions):
      * cuda_no_graph: launch the decode step's kernels eagerly instead of replaying the captured graph;
-     * cuda_no_pdl: no programmatic dependent launch between kernels (sm_90+). */
-    bool cuda_no_graph, cuda_no_pdl;
+     * cuda_no_pdl: no programmatic dependent launch between kernels (sm_90+);
+     * cuda_moe_per_row: a mixture-of-experts feed-forward reads each row's chosen experts for every call,
+     * never the grouped path (each chosen expert's weights read once per call) that calls of many rows take. */
+    bool cuda_no_graph, cuda_no_pdl, cuda_moe_per_row;
 } kiln_session_options;
 
 typedef struct kiln_session kiln_session;

@@ -182,8 +182,10 @@ TEST(archs_cuda_teacher_forced_logits_match_llamacpp) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) teacher_forced(models[i], KILN_DEVICE_CUDA, 0.999);
 }
 
-/* The MoE model on CUDA (the routing and experts of cuda_moe.cu), teacher forced alone (the decode graph) and
- * inside a batch of four sequences (rows of several sequences: the multi-row path, each row's chosen experts). */
+/* The MoE model on CUDA (the routing and experts of cuda_moe.cu), teacher forced alone (the 6-token prompt
+ * through the per-row expert kernels, then the decode graph) and inside a batch of four sequences (step 0: the
+ * prompt beside three decode rows, 9 rows: at least cm_group_rows = 8 of this model (8 experts, 2 used), so
+ * grouped by expert through the tensor-core GEMMs; then steps of 4 rows, one per sequence, per row). */
 TEST(archs_cuda_moe_alone_and_in_a_batch_match_llamacpp) {
     if (!test_gpu_ready()) return;
     teacher_forced_in_batch("tiny-qwen3moe", KILN_DEVICE_CUDA, 0.999);

@@ -159,6 +159,8 @@ TEST(cuda_gates_cupti_nothing_allocated_loaded_or_captured_after_open) {
          {.n_ctx = 128, .max_batch = 16, .n_seq = 2, .device = KILN_DEVICE_CUDA}},
         {"qwen3moe (routing and experts on the device), 2 sequences", "models/archs/tiny-qwen3moe.gguf",
          {.n_ctx = 128, .max_batch = 16, .n_seq = 2, .device = KILN_DEVICE_CUDA}},
+        {"qwen3moe, one sequence (its 13-token prefill groups the rows by expert)", "models/archs/tiny-qwen3moe.gguf",
+         {.n_ctx = 128, .device = KILN_DEVICE_CUDA}},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         printf("  [%s]\n", shapes[i].name);

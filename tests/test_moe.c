@@ -6,7 +6,9 @@
  * output alone, bit for bit; experts no row chose are never read (poisoned with NaN they change nothing);
  * the fused path equals its per-expert reference (cpu_moe_ffn_ref) bit for bit on 1 and 3 threads.
  * The CUDA MoE kernels (backend/cuda/cuda_moe.cu: RMSNorm, router, softmax / top-k / renormalization on the
- * device, the chosen experts' SwiGLU) against the same reference, with ties and without renormalization.
+ * device, the chosen experts' SwiGLU) against the same reference, with ties and without renormalization, on
+ * both device paths: per row, and grouped by expert (the group kernel against a stable counting sort written
+ * here; the tensor-core GEMMs on a batch of NG rows where one expert is chosen by every row, one by none).
  */
 #include "test.h"
 
@@ -21,6 +23,8 @@
 #include "test_gpu.h"
 
 enum { E = 256, F = 256, NX = 8, K = 3, NB = 13 };
+/* the skewed batch: NG rows (more than one 64-row GEMM tile), expert EX_ALL chosen by every row, EX_NONE by none */
+enum { NG = 72, EX_ALL = 5, EX_NONE = 2 };
 
 /* One random MoE block whose experts are stored as `type`, with the dequantized weights beside it. */
 typedef struct moe_case {
@@ -125,11 +129,12 @@ static double ref_row(const moe_case *c, const float *x, double *out, int *ids) 
 static void run_moe_with(kiln_pool *pool, moe_case *c, const float *x, int B, float *out, uint64_t *bytes_read,
                          bool ref) {
     cpu_moe_buf b;
-    const size_t n = cpu_moe_layout(&b, NULL, &c->d, NB);
+    const int MB = B > NB ? B : NB;
+    const size_t n = cpu_moe_layout(&b, NULL, &c->d, MB);
     uint8_t *mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    cpu_moe_layout(&b, mem, &c->d, NB);
-    size_t sb = cpu_matmul_scratch_bytes(c->type, E, NB);
-    if (cpu_matmul_scratch_bytes(c->type, F, NB) > sb) sb = cpu_matmul_scratch_bytes(c->type, F, NB);
+    cpu_moe_layout(&b, mem, &c->d, MB);
+    size_t sb = cpu_matmul_scratch_bytes(c->type, E, MB);
+    if (cpu_matmul_scratch_bytes(c->type, F, MB) > sb) sb = cpu_matmul_scratch_bytes(c->type, F, MB);
     void *scratch = aligned_alloc(64, (sb + 63) & ~(size_t)63);
     (ref ? cpu_moe_ffn_ref : cpu_moe_ffn)(pool, &c->blk.ffn, x, B, out, &b, scratch);
     if (bytes_read) *bytes_read = b.expert_bytes_read;
@@ -269,6 +274,88 @@ TEST(cpu_moe_reads_only_the_chosen_experts) {
     kiln_pool_close(pool);
 }
 
+/* RMSNorm(x) * w (eps 1e-6) in float, as the reference's input. */
+static void rmsnorm_f(const float *x, const float *w, float *out) {
+    double ss = 0;
+    for (int i = 0; i < E; i++) ss += (double)x[i] * x[i];
+    const double sc = 1.0 / sqrt(ss / E + 1e-6);
+    for (int i = 0; i < E; i++) out[i] = (float)(x[i] * sc * w[i]);
+}
+
+/* The skewed batch of NG rows: x = noise + v (v one random vector shared by every row), the router rows of
+ * EX_ALL and EX_NONE +-v / 60 (logits near +-3 for every row), the others scaled to logits of about +-0.8:
+ * every row chooses EX_ALL (with most of the weight), none EX_NONE, the other slots vary by row. */
+static void make_skewed(moe_case *c, uint64_t seed, float *x) {
+    uint64_t rng = seed;
+    float v[E];
+    for (int i = 0; i < E; i++) v[i] = test_rand_normal(&rng);
+    for (int t = 0; t < NG; t++)
+        for (int i = 0; i < E; i++) x[t * E + i] = test_rand_normal(&rng) + v[i];
+    for (int e = 0; e < NX; e++)
+        for (int i = 0; i < E; i++)
+            c->router[e * E + i] = e == EX_ALL ? v[i] / 60 : e == EX_NONE ? -v[i] / 60 : 0.25f * c->router[e * E + i];
+}
+
+/* How many of the NG rows chose each expert (reference routing of the rows x, normalized or not). */
+static void skewed_counts(const moe_case *c, const float *x, bool norm, int *count) {
+    for (int e = 0; e < NX; e++) count[e] = 0;
+    for (int t = 0; t < NG; t++) {
+        double out[E];
+        int ids[K];
+        ref_row_w(c, x + t * E, norm, out, ids, NULL);
+        for (int j = 0; j < K; j++) count[ids[j]]++;
+    }
+}
+
+/* The skewed batch on the CPU (the data the CUDA grouped test uses): the routing has the expert every row
+ * chose and the one none did, and cpu_moe_ffn over all NG rows matches the reference. */
+TEST(cpu_moe_skewed_batch_every_row_one_expert_none_another) {
+    kiln_formats_init();
+    kiln_pool *pool;
+    REQUIRE_OK(kiln_pool_open(2, &pool));
+    static moe_case c;
+    static float x[NG * E], out[NG * E];
+    make_case(&c, KILN_TYPE_Q8_0, 7100);
+    make_skewed(&c, 7101, x);
+    int count[NX];
+    skewed_counts(&c, x, true, count);
+    CHECKF(count[EX_ALL] == NG && count[EX_NONE] == 0, "expert %d chosen by %d rows, expert %d by %d", EX_ALL,
+           count[EX_ALL], EX_NONE, count[EX_NONE]);
+    int n_used = 0;
+    for (int e = 0; e < NX; e++) n_used += count[e] > 0;
+    CHECKF(n_used >= NX - 2, "only %d experts chosen", n_used);
+    /* the same holds for RMSNorm(x), which the device routes (cuda_moe_grouped_... below) */
+    static float xn[NG * E], nw[E];
+    for (int i = 0; i < E; i++) nw[i] = 1.0f;
+    for (int t = 0; t < NG; t++) rmsnorm_f(x + t * E, nw, xn + t * E);
+    int count_n[NX];
+    skewed_counts(&c, xn, true, count_n);
+    CHECKF(count_n[EX_ALL] == NG && count_n[EX_NONE] == 0, "normed: expert %d chosen by %d rows, expert %d by %d",
+           EX_ALL, count_n[EX_ALL], EX_NONE, count_n[EX_NONE]);
+    for (int t = 0; t < NG; t++) {
+        double ref[E];
+        int ids[K];
+        const double gn = ref_row_w(&c, xn + t * E, true, ref, ids, NULL), gu = ref_row_w(&c, xn + t * E, false, ref, ids, NULL);
+        CHECKF(gn > 1e-4 && gu > 1e-4, "normed row %d: near tie (logit gaps %g, %g)", t, gn, gu);
+    }
+    run_moe(pool, &c, x, NG, out, NULL);
+    double worst = 0;
+    for (int t = 0; t < NG; t++) {
+        double ref[E];
+        int ids[K];
+        const double gap = ref_row(&c, x + t * E, ref, ids);
+        CHECKF(gap > 1e-4, "row %d: the test data has a near tie (logit gap %g)", t, gap);
+        const double err = rel_err(out + t * E, ref, E);
+        worst = err > worst ? err : worst;
+        CHECKF(err <= 4e-2, "row %d: relative error %.3g", t, err);
+    }
+    printf("  q8_0 skewed batch of %d rows: worst relative error %.2e; rows per expert", NG, worst);
+    for (int e = 0; e < NX; e++) printf(" %d", count[e]);
+    printf("\n");
+    free_case(&c);
+    kiln_pool_close(pool);
+}
+
 /* The routing of one row: softmax, the k largest (the lower id on ties), renormalized or not. */
 TEST(cpu_moe_route_topk_ties_and_norm) {
     float p[6] = {1, 3, 3, 0, 3, -2};
@@ -293,27 +380,16 @@ TEST(cpu_moe_route_topk_ties_and_norm) {
 /* ---- the CUDA kernels */
 
 #ifdef KILN_HAVE_CUDA
-/* RMSNorm(x) * w (eps 1e-6) in float, as the reference's input. */
-static void rmsnorm_f(const float *x, const float *w, float *out) {
-    double ss = 0;
-    for (int i = 0; i < E; i++) ss += (double)x[i] * x[i];
-    const double sc = 1.0 / sqrt(ss / E + 1e-6);
-    for (int i = 0; i < E; i++) out[i] = (float)(x[i] * sc * w[i]);
-}
-
-/* The device's routing and output of NB rows against the reference: same experts in the same order, weights
- * and outputs within float rounding, probabilities summing to 1. */
-static void cuda_moe_case(moe_case *c, bool norm, uint64_t seed, double tol) {
-    static float x[NB * E], y[NB * E], probs[NB * NX], wts[NB * K], xn[E], nw[E];
-    int32_t ids[NB * K];
-    uint64_t rng = seed;
-    for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
-    for (int i = 0; i < E; i++) nw[i] = 1.0f + 0.2f * test_rand_normal(&rng);
-    CHECK_OK(kiln_cuda_test_moe(c->type, E, F, NX, K, norm, c->router, c->gate, c->up, c->down, nw, 1e-6f, x, NB, probs,
-                                ids, wts, y));
-    const char *tn = kiln_type_get(c->type)->name;
+/* The device's routing and output of the n rows x (path: per row or grouped) against the reference: same
+ * experts in the same order, weights and outputs within tol, probabilities summing to 1. */
+static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int n, const float *nw, double tol) {
+    static float y[NG * E], probs[NG * NX], wts[NG * K], xn[E];
+    static int32_t ids[NG * K];
+    CHECK_OK(kiln_cuda_test_moe(path, c->type, E, F, NX, K, norm, c->router, c->gate, c->up, c->down, nw, 1e-6f, x, n,
+                                probs, ids, wts, y));
+    const char *tn = kiln_type_get(c->type)->name, *pn = path == KILN_MOE_GROUPED ? "grouped" : "per row";
     double worst = 0;
-    for (int t = 0; t < NB; t++) {
+    for (int t = 0; t < n; t++) {
         double ref[E], rw[K], psum = 0;
         int rid[K];
         rmsnorm_f(x + t * E, nw, xn);
@@ -322,18 +398,27 @@ static void cuda_moe_case(moe_case *c, bool norm, uint64_t seed, double tol) {
         for (int e = 0; e < NX; e++) psum += probs[t * NX + e];
         CHECKF(fabs(psum - 1) < 1e-5, "%s row %d: probabilities sum to %.7f", tn, t, psum);
         for (int j = 0; j < K; j++) {
-            CHECKF(ids[t * K + j] == rid[j], "%s norm=%d row %d slot %d: expert %d, reference %d", tn, norm, t, j,
+            CHECKF(ids[t * K + j] == rid[j], "%s %s norm=%d row %d slot %d: expert %d, reference %d", tn, pn, norm, t, j,
                    ids[t * K + j], rid[j]);
-            CHECKF(fabs(wts[t * K + j] - rw[j]) < 1e-5, "%s norm=%d row %d slot %d: weight %.7f, reference %.7f", tn, norm,
-                   t, j, wts[t * K + j], rw[j]);
+            CHECKF(fabs(wts[t * K + j] - rw[j]) < 1e-5, "%s %s norm=%d row %d slot %d: weight %.7f, reference %.7f", tn,
+                   pn, norm, t, j, wts[t * K + j], rw[j]);
         }
         float got[E];
         for (int i = 0; i < E; i++) got[i] = y[t * E + i] - x[t * E + i];
         const double err = rel_err(got, ref, E);
         worst = err > worst ? err : worst;
-        CHECKF(err <= tol, "%s norm=%d row %d: relative error %.3g > %.3g", tn, norm, t, err, tol);
+        CHECKF(err <= tol, "%s %s norm=%d row %d: relative error %.3g > %.3g", tn, pn, norm, t, err, tol);
     }
-    printf("  cuda %-5s norm=%d: worst relative error %.2e over %d rows\n", tn, (int)norm, worst, NB);
+    printf("  cuda %-5s %-7s norm=%d: worst relative error %.2e over %d rows\n", tn, pn, (int)norm, worst, n);
+}
+
+/* NB rows of random inputs through the per-row path. */
+static void cuda_moe_case(moe_case *c, bool norm, uint64_t seed, double tol) {
+    static float x[NB * E], nw[E];
+    uint64_t rng = seed;
+    for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
+    for (int i = 0; i < E; i++) nw[i] = 1.0f + 0.2f * test_rand_normal(&rng);
+    cuda_moe_rows(c, KILN_MOE_PER_ROW, norm, x, NB, nw, tol);
 }
 
 TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
@@ -351,8 +436,84 @@ TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
     }
 }
 
+/* The grouped path on the skewed batch (NG rows; expert EX_ALL chosen by all of them: two GEMM tiles of rows,
+ * the second partial; EX_NONE by none: its blocks exit) for every expert type. The GEMMs take the inputs and
+ * the weights as F16 (the dense prefill's precision): within 3e-3 of the reference (a wrong row, expert or
+ * slot is off by O(1e-1) or more). */
+TEST(cuda_moe_grouped_matches_scalar_reference_for_expert_types) {
+    if (!test_gpu_ready()) return;
+    kiln_formats_init();
+    static const uint32_t types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0,
+                                     KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static moe_case c;
+    static float x[NG * E], xn[NG * E], nw[E];
+    for (int i = 0; i < E; i++) nw[i] = 1.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        make_case(&c, types[ti], 7100); /* the CPU test's routing data (the router does not depend on the type) */
+        make_skewed(&c, 7101, x);
+        for (int t = 0; t < NG; t++) rmsnorm_f(x + t * E, nw, xn + t * E);
+        int count[NX];
+        skewed_counts(&c, xn, true, count);
+        CHECKF(count[EX_ALL] == NG && count[EX_NONE] == 0, "%s: expert %d chosen by %d rows, expert %d by %d",
+               kiln_type_get(c.type)->name, EX_ALL, count[EX_ALL], EX_NONE, count[EX_NONE]);
+        cuda_moe_rows(&c, KILN_MOE_GROUPED, true, x, NG, nw, 3e-3);
+        if (types[ti] == KILN_TYPE_Q4_K) {
+            cuda_moe_rows(&c, KILN_MOE_GROUPED, false, x, NG, nw, 3e-3);
+            cuda_moe_rows(&c, KILN_MOE_GROUPED, true, x, 1, nw, 3e-3); /* one row: the smallest call */
+        }
+        free_case(&c);
+    }
+}
+
+/* The group kernel against a stable counting sort: offsets, the list (rows in expert order, ascending within an
+ * expert) and every entry's position, for shapes from a few entries to the most one launch takes, with
+ * experts no row chose and (skewed ids) experts most rows chose. */
+TEST(cuda_moe_group_matches_counting_sort) {
+    if (!test_gpu_ready()) return;
+    static const struct { int rows, k, experts; bool skew; } shapes[] = {
+        {1, 1, 1, false}, {3, 2, 8, false}, {40, 3, 8, true}, {37, 5, 512, false}, {512, 8, 128, false},
+        {512, 8, 128, true}, {1000, 64, 64, false}, {8191, 8, 128, true},
+    };
+    static int32_t ids[65535], offsets[513], list[65535], pos[65535], want_off[513], want_list[65535];
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int R = shapes[si].rows, k = shapes[si].k, X = shapes[si].experts, n = R * k;
+        uint64_t rng = 900 + si;
+        for (int r = 0; r < R; r++) /* k distinct experts per row (as top-k gives) */
+            for (int j = 0; j < k; j++) {
+                int e;
+                bool dup;
+                do {
+                    e = shapes[si].skew && j == 0 ? (int)(test_rand_u64(&rng) % 3) : (int)(test_rand_u64(&rng) % (uint64_t)X);
+                    dup = false;
+                    for (int i = 0; i < j; i++) dup |= ids[r * k + i] == e;
+                } while (dup);
+                ids[r * k + j] = e;
+            }
+        memset(want_off, 0, sizeof want_off);
+        for (int i = 0; i < n; i++) want_off[ids[i] + 1]++;
+        for (int e = 0; e < X; e++) want_off[e + 1] += want_off[e];
+        CHECK_OK(kiln_cuda_test_moe_group(ids, R, k, X, offsets, list, pos));
+        int bad = 0;
+        for (int e = 0; e <= X; e++) bad += offsets[e] != want_off[e];
+        CHECKF(bad == 0, "%d rows x %d of %d experts: %d offsets differ (offsets[1] %d, want %d)", R, k, X, bad,
+               offsets[1 < X ? 1 : X], want_off[1 < X ? 1 : X]);
+        for (int i = 0; i < n; i++) want_list[want_off[ids[i]]++] = i / k; /* stable: entries in order */
+        int bad_list = 0, bad_pos = 0;
+        for (int i = 0; i < n; i++) {
+            bad_list += list[i] != want_list[i];
+            bad_pos += pos[i] < 0 || pos[i] >= n || list[pos[i]] != i / k;
+        }
+        for (int e = 0, p = 0; e < X; e++) /* the positions of one expert's entries follow the entry order */
+            for (int i = 0; i < n; i++)
+                if (ids[i] == e) bad_pos += pos[i] != p++;
+        CHECKF(bad_list == 0 && bad_pos == 0, "%d rows x %d of %d experts: %d list entries, %d positions wrong", R, k,
+               X, bad_list, bad_pos);
+    }
+}
+
 /* Ties on the device: experts 1, 2 and 4 with the same router row (the row's largest logit) are chosen in id
- * order with a third of the weight each; and experts no row chose are never read (NaN bytes change nothing). */
+ * order with a third of the weight each; and experts no row chose are never read (NaN bytes change nothing),
+ * on both paths (the grouped one: their GEMM blocks exit before reading a weight). */
 TEST(cuda_moe_ties_and_only_chosen_experts_read) {
     if (!test_gpu_ready()) return;
     kiln_formats_init();
@@ -366,30 +527,32 @@ TEST(cuda_moe_ties_and_only_chosen_experts_read) {
     /* one row: router rows 1, 2, 4 = x, the others = -x / 4 */
     for (int e = 0; e < NX; e++)
         for (int i = 0; i < E; i++) c.router[e * E + i] = (e == 1 || e == 2 || e == 4) ? 0.01f * x[i] : -0.0025f * x[i];
-    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 1, probs, ids,
-                                wts, y));
+    CHECK_OK(kiln_cuda_test_moe(KILN_MOE_PER_ROW, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f,
+                                x, 1, probs, ids, wts, y));
     CHECKF(ids[0] == 1 && ids[1] == 2 && ids[2] == 4, "tie: experts %d %d %d, want 1 2 4", ids[0], ids[1], ids[2]);
     for (int j = 0; j < K; j++) CHECKF(fabsf(wts[j] - 1.0f / 3) < 1e-6f, "tie: weight %d = %.7f", j, wts[j]);
-    /* NB rows of random routing; then every expert no row chose poisoned */
+    /* 2 rows of random routing; then every expert no row chose poisoned */
     free_case(&c);
-    make_case(&c, KILN_TYPE_Q4_K, 4343);
-    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2, probs, ids,
-                                wts, y));
-    bool chosen[NX] = {0};
-    for (int i = 0; i < 2 * K; i++) chosen[ids[i]] = true;
-    const size_t gate_mb = c.w_gate.nbytes / NX, down_mb = c.w_down.nbytes / NX;
-    int n_poisoned = 0;
-    for (int e = 0; e < NX; e++) {
-        if (chosen[e]) continue;
-        memset(c.gate + e * gate_mb, 0xff, gate_mb);
-        memset(c.up + e * gate_mb, 0xff, gate_mb);
-        memset(c.down + e * down_mb, 0xff, down_mb);
-        n_poisoned++;
+    for (int path = KILN_MOE_PER_ROW; path <= KILN_MOE_GROUPED; path++) {
+        make_case(&c, KILN_TYPE_Q4_K, 4343);
+        CHECK_OK(kiln_cuda_test_moe(path, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2,
+                                    probs, ids, wts, y));
+        bool chosen[NX] = {0};
+        for (int i = 0; i < 2 * K; i++) chosen[ids[i]] = true;
+        const size_t gate_mb = c.w_gate.nbytes / NX, down_mb = c.w_down.nbytes / NX;
+        int n_poisoned = 0;
+        for (int e = 0; e < NX; e++) {
+            if (chosen[e]) continue;
+            memset(c.gate + e * gate_mb, 0xff, gate_mb);
+            memset(c.up + e * gate_mb, 0xff, gate_mb);
+            memset(c.down + e * down_mb, 0xff, down_mb);
+            n_poisoned++;
+        }
+        CHECK_OK(kiln_cuda_test_moe(path, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2,
+                                    probs, ids, wts, y2));
+        CHECKF(n_poisoned > 0 && !memcmp(y, y2, sizeof(float) * 2 * E),
+               "path %d: an expert no row chose changed the output (%d poisoned)", path, n_poisoned);
+        free_case(&c);
     }
-    CHECK_OK(kiln_cuda_test_moe(c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2, probs, ids,
-                                wts, y2));
-    CHECKF(n_poisoned > 0 && !memcmp(y, y2, sizeof(float) * 2 * E), "an expert no row chose changed the output (%d poisoned)",
-           n_poisoned);
-    free_case(&c);
 }
 #endif

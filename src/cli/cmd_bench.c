@@ -29,13 +29,15 @@ static const char *usage_text =
     "      --host-sample    with a sampler option: logits back to the host and kiln_sample there\n"
     "      --json           one JSON object instead of text\n"
     "      --strict         refuse a model file with tensors its architecture does not use\n"
+    "      --cuda-moe-per-row  CUDA, mixture of experts: each row reads its own chosen experts in every call\n"
+    "                       (not the grouped path of prefill; to measure what grouping buys)\n"
     "  -h, --help           this help\n";
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     kiln_device device = KILN_DEVICE_AUTO;
     long P = 512, G = 128, R = 5, ctx = 0, threads = 0;
-    bool json = false;
+    bool json = false, moe_per_row = false;
     kiln_model_options mo = {0};
     bench_seqs_args sa = {0};
     sa.sp = kiln_sampler_defaults();
@@ -51,6 +53,7 @@ int cmd_bench(int argc, char **argv) {
             sa.sample = true;
         }
         else if (!strcmp(a, "--strict")) mo.strict = true;
+        else if (!strcmp(a, "--cuda-moe-per-row")) moe_per_row = true;
         else if (cli_opt(argc, argv, &i, "-m", &v, &err) || cli_opt(argc, argv, &i, "--model", &v, &err)) model = v;
         else if (cli_opt(argc, argv, &i, "--device", &v, &err)) { if (!err && !cli_parse_device("bench", v, &device)) return 2; }
         else if (cli_opt(argc, argv, &i, "--seqs", &v, &err)) { if (!err && !bench_parse_seqs(v, &sa)) return 2; }
@@ -71,12 +74,13 @@ int cmd_bench(int argc, char **argv) {
     if (sa.host_sample && !sa.sample)
         return cli_usage_error("bench", usage_text, "--host-sample needs a sampler option (--temp, --top-k, ...)");
     if (sa.n_ks) {
+        if (moe_per_row) return cli_usage_error("bench", usage_text, "--cuda-moe-per-row is not taken with --seqs");
         if (ctx) return cli_usage_error("bench", usage_text, "--ctx is set by --seqs (prompt + gen + 1)");
         sa.model = model, sa.device = device, sa.P = P, sa.N = G, sa.R = R, sa.threads = threads, sa.json = json;
         return bench_seqs(&sa);
     }
     kiln_session_options o = {.n_ctx = (int)(ctx ? ctx : P + G + 1), .n_threads = (int)threads, .max_batch = (int)P,
-                              .device = device};
+                              .device = device, .cuda_moe_per_row = moe_per_row};
     if (P + G + 1 > o.n_ctx) return cli_error("bench", "prompt %ld + gen %ld do not fit --ctx %d", P, G, o.n_ctx);
 
     kiln_model *m = NULL;

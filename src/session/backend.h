@@ -22,7 +22,7 @@ typedef struct kiln_backend_config {
     int max_out;     /* most output rows of one forward call (min(n_seq, max_batch) or more) */
     int n_threads;   /* CPU threads */
     /* CUDA, experimental (kiln_session_options' cuda_* fields) */
-    bool cuda_no_graph, cuda_no_pdl;
+    bool cuda_no_graph, cuda_no_pdl, cuda_moe_per_row;
 } kiln_backend_config;
 
 /* KILN_BK_OUT_SAMPLE (only for a backend whose ops say `samples`): the id drawn on the device as the row's

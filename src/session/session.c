@@ -147,6 +147,7 @@ kiln_status kiln_session_open_ops(kiln_model *m, const kiln_session_options *opt
         .n_ctx = o.n_ctx, .max_batch = o.max_batch, .n_seq = o.n_seq,
         .max_out = o.n_seq < o.max_batch ? o.n_seq : o.max_batch, .n_threads = o.n_threads,
         .cuda_no_graph = o.cuda_no_graph, .cuda_no_pdl = o.cuda_no_pdl,
+        .cuda_moe_per_row = o.cuda_moe_per_row,
     };
     s->phases = m->phases;
     kiln_status st = alloc_buffers(s);

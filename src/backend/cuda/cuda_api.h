@@ -125,12 +125,19 @@ typedef struct kiln_cuda_mv_bench {
 kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
 /* The MoE feed-forward (cuda_moe.cu) of n rows x (n x n_embd): RMSNorm(x) * norm_w (eps), the router (F32,
  * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
- * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff). Out: probs
- * (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
-kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+ * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff), through the
+ * path given (KILN_MOE_PER_ROW: each row's chosen experts; KILN_MOE_GROUPED: the rows grouped by expert, the
+ * tensor-core GEMMs). Out: probs (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+enum { KILN_MOE_PER_ROW = 0, KILN_MOE_GROUPED = 1 };
+kiln_status kiln_cuda_test_moe(int path, uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
                                const float *router, const void *gate, const void *up, const void *down,
                                const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
                                float *wts, float *y);
+/* The grouped path's group kernel alone: ids (n_rows x k, each in 0..n_expert-1; n_rows * k <= 65535,
+ * n_expert <= 512) -> offsets (n_expert + 1: expert e's entries at [offsets[e], offsets[e + 1])), list
+ * (n_rows * k: the row of each entry in expert order), pos (n_rows * k: entry row * k + j's place in list). */
+kiln_status kiln_cuda_test_moe_group(const int32_t *ids, int n_rows, int k, int n_expert, int32_t *offsets,
+                                     int32_t *list, int32_t *pos);
 
 /* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
  * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or

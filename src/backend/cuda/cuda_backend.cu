@@ -15,7 +15,8 @@
  * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
  * one sequence): the same kernels launched eagerly (all loaded and warmed at open), attention per run of one
  * sequence's rows, the same output stage over the output rows. A mixture-of-experts layer's feed-forward
- * (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in every path. The test entry
+ * (routing, top-k and the chosen experts, all on the device) is cuda_moe.cu's, in every path: per row for
+ * few rows, grouped by expert (tensor-core GEMMs over each expert's rows) for calls of many rows. The test entry
  * points are in cuda_testing.cu (test binaries only).
  */
 #include <dlfcn.h>
@@ -417,7 +418,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->xh = (__half *)carve(base, off, B * s->Epad * 2);
     s->atth = (__half *)carve(base, off, B * s->Qpad * 2);
     s->hh = (__half *)carve(base, off, B * s->Fpad * 2);
-    cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, base, off);
+    cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, s->cfg.cuda_moe_per_row ? 0 : -1, base, off);
     s->part = (float *)carve(base, off, n_part * hp->n_head * (hp->head_dim + 2) * 4);
     s->attn_f = (float *)carve(base, off, (size_t)s->mv_rows * s->Q * 4);
     s->att_counters = (unsigned *)carve(base, off, M * hp->n_head_kv * 4);
@@ -845,8 +846,23 @@ static void plan_buckets(cuda_state *s, size_t smem_optin) {
 
 static kiln_status cuda_forward(void *state, const kiln_backend_batch *b);
 
+/* A MoE model's grouped expert path (cuda_moe.cu) takes the calls of at least moe.group_rows rows: one
+ * prefill of that many rows of sequence 0 (no outputs) when the batch allows it (else no call takes it). */
+static kiln_status warm_moe_grouped(cuda_state *s) {
+    const int G = s->moe.group_rows, V = s->m->hp.n_vocab;
+    if (G <= 0 || G > s->cfg.max_batch || G > s->cfg.n_ctx) return KILN_OK;
+    kiln_backend_row *rows = (kiln_backend_row *)kiln_calloc((size_t)G, sizeof *rows);
+    if (!rows) return kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory");
+    for (int i = 0; i < G; i++) rows[i] = (kiln_backend_row){0, i, i % V, KILN_BK_OUT_NONE, NULL};
+    int32_t next = 0;
+    const kiln_backend_batch b = {rows, G, 0, s->conv_tmp, &next};
+    const kiln_status st = cuda_forward(s, &b);
+    kiln_free(rows);
+    return st;
+}
+
 /* The open's warm pass through every path: a prefill of 2 positions of sequence 0 (its outputs through the
- * eager output stage: both rows when max_out allows), each bucket's graph once (rows of sequences 0..R-1,
+ * eager output stage: both rows when max_out allows), a MoE model's grouped prefill, each bucket's graph once (rows of sequences 0..R-1,
  * sequence 0 after the prefill), a one-row step with logits (into conv_tmp, n_vocab floats or more), then the
  * device sampler in a one-row step and (top-k) in a 2-row prefill. */
 static kiln_status warm_paths(cuda_state *s) {
@@ -857,6 +873,7 @@ static kiln_status warm_paths(cuda_state *s) {
     kiln_backend_batch b = {rows, n, 0, s->conv_tmp, next};
     for (int i = 0; i < n; i++) b.n_out += rows[i].out != KILN_BK_OUT_NONE;
     KILN_TRY(cuda_forward(s, &b));
+    KILN_TRY(warm_moe_grouped(s));
     const int M = s->max_step;
     for (int bi = 0; bi < s->n_buckets; bi++) {
         for (int i = 0; i < s->bucket[bi]; i++) s->h_rows[i] = i % V, s->h_rows[M + i] = i, s->h_rows[2 * M + i] = 0;

@@ -3,20 +3,19 @@
  *   k_matvec<T, R> decode matrix x vector, one row (R = 1) or up to R = 2, 4, 8 rows (matvec_block: its prologue
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
- *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate)
+ *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
+ *                  gemm_tile of cuda_gemm.cuh)
  *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
 
 #include <cuda_bf16.h>
 #include <math.h>
-#include <mma.h>
 #include <string.h>
 
 #include <utility>
-
-using namespace nvcuda;
 
 /* ------------------------------------------------------------------ decode: matrix x vector */
 
@@ -29,98 +28,24 @@ __global__ void __launch_bounds__(MV_THREADS, R == 1 ? 2 : 1) k_matvec(const __g
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
 
-#define GB_M 64
-#define GB_N 64
-#define GB_K 32
-#define G_LD (GB_K + 8)
-#define C_LD (GB_N + 4)
-
+/* The dense GEMM: rows in order; split-K (gridDim.z > 1): this block's stretch of k tiles, its partial tile
+ * to work[z]. The body is gemm_tile (cuda_gemm.cuh), shared with the grouped MoE GEMM. */
 template <int T>
-__global__ void __launch_bounds__(128) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
-                                              int ldc, int col_off, int add, float *work) {
-    __shared__ __align__(128) unsigned char smem[GB_M * C_LD * 4];
+__global__ void __launch_bounds__(GB_THREADS) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
+                                                     int ldc, int col_off, int add, float *work) {
     pdl_wait_then_trigger();
-    __half(*As)[G_LD] = (__half(*)[G_LD])smem;
-    __half(*Bs)[G_LD] = (__half(*)[G_LD])(smem + GB_M * G_LD * 2);
-    float(*Cs)[C_LD] = (float(*)[C_LD])smem;
-    const int tid = threadIdx.x, warp = tid >> 5;
-    const int m0 = blockIdx.y * GB_M, n0 = blockIdx.x * GB_N;
-    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-    const int K = w.in, n_kt = (K + GB_K - 1) / GB_K;
-    /* split-K (gridDim.z > 1): this block's stretch of k tiles, its partial tile to work[z] */
-    const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), k_tiles = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-
-    /* this thread's pieces of a tile: two 8-half chunks of A, one 16-value unit of W */
-    const int ar0 = tid >> 2, ac = (tid & 3) * 8, ar1 = ar0 + 32;
-    const int br = tid >> 1, bh = tid & 1;
-    uint4 ra0, ra1;
-    float rb[16], rs, rbias;
-
-    auto load = [&](int kt) {
-        const int k = kt * GB_K;
-        const uint4 z = make_uint4(0, 0, 0, 0);
-        ra0 = m0 + ar0 < n_tok ? *(const uint4 *)(A + (long long)(m0 + ar0) * lda + k + ac) : z;
-        ra1 = m0 + ar1 < n_tok ? *(const uint4 *)(A + (long long)(m0 + ar1) * lda + k + ac) : z;
-        const int k0 = k + 16 * bh;
-        if (n0 + br < w.out && k0 < K) {
-            dequant16<T>(w, n0 + br, k0, rb, rs, rbias);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 16; i++) rb[i] = 0.0f;
-            rs = 0.0f, rbias = 0.0f;
-        }
-    };
-
-    load(kt0);
-    for (int kt = kt0; kt < k_tiles; kt++) {
-        *(uint4 *)&As[ar0][ac] = ra0;
-        *(uint4 *)&As[ar1][ac] = ra1;
-        __half2 hv[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            hv[i] = __floats2half2_rn(rs * rb[2 * i] + rbias, rs * rb[2 * i + 1] + rbias);
-        *(uint4 *)&Bs[br][16 * bh] = *(const uint4 *)&hv[0];
-        *(uint4 *)&Bs[br][16 * bh + 8] = *(const uint4 *)&hv[4];
-        __syncthreads();
-        if (kt + 1 < k_tiles) load(kt + 1);
-#pragma unroll
-        for (int kk = 0; kk < GB_K; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &As[wm + 16 * i][kk], G_LD);
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Bs[wn + 16 * j][kk], G_LD);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&Cs[wm + 16 * i][wn + 16 * j], acc[i][j], C_LD, wmma::mem_row_major);
-    __syncthreads();
-    for (int e = tid; e < GB_M * GB_N; e += 128) {
-        const int r = e / GB_N, c = e % GB_N, t = m0 + r, n = n0 + c;
-        if (t < n_tok && n < w.out) {
-            if (gridDim.z > 1) {
-                work[((long long)blockIdx.z * n_tok + t) * w.out + n] = Cs[r][c];
-            } else {
-                float *dst = C + (long long)t * ldc + col_off + n;
-                *dst = add ? *dst + Cs[r][c] : Cs[r][c];
-            }
-        }
-    }
+    const int n_kt = (w.in + GB_K - 1) / GB_K;
+    const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), kt1 = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
+    const bool split = gridDim.z > 1;
+    gemm_tile<T>(w, 0, w.out, A, lda, blockIdx.y * GB_M, n_tok, blockIdx.x * GB_N, kt0, kt1, [](int t) { return t; },
+                 [&](int t, int n, float v) {
+                     if (split) {
+                         work[((long long)blockIdx.z * n_tok + t) * w.out + n] = v;
+                     } else {
+                         float *dst = C + (long long)t * ldc + col_off + n;
+                         *dst = add ? *dst + v : v;
+                     }
+                 });
 }
 
 /* The split-K partials of a GEMM added in order of z, stored into (or added to) C. */
@@ -414,7 +339,7 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
 void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
                    int ks, float *work, cudaStream_t st) {
     const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, ks > 1 ? ks : 1);
-#define L(T) launch(k_gemm<T>, grid, dim3(128), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
+#define L(T) launch(k_gemm<T>, grid, dim3(GB_THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
     DISPATCH(w.type, L)
 #undef L
     if (ks > 1) {

@@ -1,17 +1,24 @@
 /*
- * cuda_moe.cu — the mixture-of-experts feed-forward on the CUDA backend (see cuda_moe.cuh): three kernels per
- * layer over all rows of a call, each templated on the weight type (every type the dense kernels read):
- *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts), the router matvec (one warp per
- *                     expert); the last block of a row to finish does softmax, top-k and renormalization
+ * cuda_moe.cu — the mixture-of-experts feed-forward on the CUDA backend (see cuda_moe.cuh), its kernels
+ * templated on the weight type (every type the dense kernels read):
+ *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts, and as half for the grouped GEMMs),
+ *                     the router matvec (one warp per expert); the last block of a row to finish does softmax,
+ *                     top-k and renormalization
+ * the per-row path:
  *   k_moe_gate_up<T>  one warp per (chosen slot, hidden row): silu(gate . xn) * (up . xn), the expert's rows
  *                     found from the id in device memory
  *   k_moe_down<T>     one warp per output row: sum over the chosen slots of weight * (down row . h), added to
  *                     the residual
+ * the grouped path (after the same route):
+ *   k_moe_group       one block: the (row, slot) entries sorted by expert (stable), offsets, list, positions
+ *   k_moe_gemm<T>     gemm_tile (cuda_gemm.cuh) over expert blockIdx.z's entries: gate and up, or down
+ *   k_moe_combine     x[row] += sum over slots j in order of wts[row, j] * y[pos(row, j)]
  * Inputs are staged in shared memory in the matvec's transposed layout (value i of unit u at i * nup + u, nup
  * odd: the lanes of a warp reading value i of 32 consecutive units hit 32 banks).
  */
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
 
 #include <string.h>
 
@@ -21,6 +28,9 @@
 #define MOE_WARPS (MOE_THREADS / 32)
 #define MOE_MAX_EXPERT 512 /* the model layer's limit (llama.cpp's LLAMA_MAX_EXPERTS) */
 #define MOE_MAX_USED 64
+#define MOE_GROUP_THREADS 1024
+#define MOE_GROUP_WARPS (MOE_GROUP_THREADS / 32)
+#define MOE_MAX_ENTRIES 65535 /* rows * k of one grouped launch: the group kernel's 16-bit counts, grid.y */
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
 
@@ -36,6 +46,11 @@ struct moe_args {
     float *xn, *probs, *wts, *h;
     int *ids;
     unsigned *counter;
+    /* the grouped path */
+    int n_rows, epad;
+    __half *xh;           /* route: xn as half (rows, epad), or NULL (the per-row path) */
+    int *offsets, *list, *pos;
+    const float *y;       /* combine: (entries, E) */
 };
 
 static __device__ __forceinline__ int xs_at(int k, int nup) { return (k & 15) * nup + (k >> 4); }
@@ -172,6 +187,9 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
         if (blockIdx.x == 0 && i < E) a.xn[(long long)row * E + i] = v;
     }
     __syncthreads();
+    if (a.xh && blockIdx.x == 0)
+        for (int i = tid; i < a.epad; i += MOE_THREADS)
+            a.xh[(long long)row * a.epad + i] = __float2half(i < E ? xs[xs_at(i, nup)] : 0.0f);
     for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS) {
         float acc = 0.0f, none = 0.0f;
         units_dot<T, false>(a.w0, a.w0, xs, nup, nu, lane,
@@ -245,6 +263,114 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     if (lane == 0) a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
 }
 
+/* ------------------------------------------------------------------ the grouped path */
+
+/* The lanes of this warp whose entry has the same expert (e < 0: a lane past the end, grouped with those). */
+static __device__ __forceinline__ unsigned same_expert(int e) { return __match_any_sync(0xFFFFFFFFu, e); }
+
+/* One block of MOE_GROUP_THREADS: the n = n_rows * k entries (row, slot) (entry i = row * k + slot, expert
+ * ids[i]) sorted by expert, stably: each warp takes a segment of consecutive entries, counts its experts
+ * (hist[warp][e], then in place the count of e in the warps before), the experts' offsets are the exclusive
+ * sum of their counts, and each warp walks its segment again placing entry i at offsets[e] + (e's entries of
+ * the warps before) + (e's entries before i in this warp's segment). */
+__global__ void __launch_bounds__(MOE_GROUP_THREADS) k_moe_group(const __grid_constant__ moe_args a) {
+    __shared__ unsigned short hist[MOE_GROUP_WARPS * MOE_MAX_EXPERT];
+    __shared__ int off[MOE_MAX_EXPERT + 1];
+    pdl_wait_then_trigger();
+    const int X = a.n_expert, K = a.k, n = a.n_rows * K, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    for (int i = tid; i < MOE_GROUP_WARPS * X; i += MOE_GROUP_THREADS) hist[i] = 0;
+    __syncthreads();
+    const int seg = (n + MOE_GROUP_WARPS - 1) / MOE_GROUP_WARPS, b0 = warp * seg, b1 = min(n, b0 + seg);
+    unsigned short *h = hist + warp * X;
+    auto expert_of = [&](int i) { return i < b1 ? min(max(__ldcg(a.ids + i), 0), X - 1) : -1; };
+    for (int c = b0; c < b1; c += 32) { /* warp-uniform bounds: every lane takes part in the match */
+        const int i = c + lane, e = expert_of(i);
+        const unsigned peers = same_expert(e);
+        if (e >= 0 && lane == __ffs(peers) - 1) h[e] += (unsigned short)__popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+    for (int e = tid; e < X; e += MOE_GROUP_THREADS) {
+        int sum = 0;
+        for (int w = 0; w < MOE_GROUP_WARPS; w++) {
+            const int c = hist[w * X + e];
+            hist[w * X + e] = (unsigned short)sum;
+            sum += c;
+        }
+        off[e] = sum;
+    }
+    __syncthreads();
+    if (warp == 0) { /* exclusive sum of the counts, 32 experts at a time */
+        int carry = 0;
+        for (int e0 = 0; e0 < X; e0 += 32) {
+            const int e = e0 + lane, c = e < X ? off[e] : 0;
+            int v = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int t = __shfl_up_sync(0xFFFFFFFFu, v, o);
+                if (lane >= o) v += t;
+            }
+            if (e < X) off[e] = carry + v - c;
+            carry += __shfl_sync(0xFFFFFFFFu, v, 31);
+        }
+        if (lane == 0) off[X] = carry;
+    }
+    __syncthreads();
+    for (int c = b0; c < b1; c += 32) {
+        const int i = c + lane, e = expert_of(i);
+        const unsigned peers = same_expert(e);
+        if (e >= 0) {
+            const int p = off[e] + h[e] + __popc(peers & ((1u << lane) - 1u));
+            a.list[p] = i / K;
+            a.pos[i] = p;
+        }
+        __syncwarp();
+        if (e >= 0 && lane == __ffs(peers) - 1) h[e] += (unsigned short)__popc(peers);
+        __syncwarp();
+    }
+    for (int e = tid; e <= X; e += MOE_GROUP_THREADS) a.offsets[e] = off[e];
+}
+
+/* One grouped GEMM: expert e's entries [offsets[e], offsets[e + 1]) as the rows, C row = list position. */
+struct moe_gemm_args {
+    dev_weight w0, w1;    /* gate and up (w1 set: grid.x covers w0's tiles, then w1's), or down alone */
+    float *c0, *c1;       /* (entries, n_out) each */
+    int n_out;            /* rows of one expert in w0 / w1: n_ff (gate, up) or n_embd (down) */
+    const __half *A;      /* lda halves per row */
+    int lda;
+    const int *list;      /* A row of list position p: list[p] (xh of the entry's row), or NULL: p (h) */
+    const int *offsets;
+};
+
+/* Grid (tiles of n_out (of w0, then w1), ceil(most rows of an expert / GB_M), n_expert): block (x, y, e) is
+ * tile (y, x) of expert e's entries; the blocks past the expert's count exit at once. */
+template <int T>
+__global__ void __launch_bounds__(GB_THREADS) k_moe_gemm(const __grid_constant__ moe_gemm_args g) {
+    pdl_wait_then_trigger();
+    const int e = blockIdx.z, base = __ldcg(g.offsets + e), cnt = __ldcg(g.offsets + e + 1) - base;
+    const int m0 = blockIdx.y * GB_M, nx = (g.n_out + GB_N - 1) / GB_N;
+    if (m0 >= cnt) return;
+    const bool second = (int)blockIdx.x >= nx;
+    const dev_weight &w = second ? g.w1 : g.w0;
+    float *C = second ? g.c1 : g.c0;
+    gemm_tile<T>(w, e * g.n_out, g.n_out, g.A, g.lda, m0, cnt, ((int)blockIdx.x - (second ? nx : 0)) * GB_N, 0,
+                 (w.in + GB_K - 1) / GB_K, [&](int t) { return g.list ? __ldcg(g.list + base + t) : base + t; },
+                 [&](int t, int n, float v) { C[(long long)(base + t) * g.n_out + n] = v; });
+}
+
+/* Grid (ceil(E / 256), rows): x[row, c] += sum over j = 0..k-1 in order of wts[row, j] * y[pos(row, j), c]. */
+__global__ void __launch_bounds__(256) k_moe_combine(const __grid_constant__ moe_args a) {
+    pdl_wait_then_trigger();
+    const int row = blockIdx.y, c = blockIdx.x * 256 + threadIdx.x, E = a.E, K = a.k;
+    if (c >= E) return;
+    float acc = 0.0f;
+    for (int j = 0; j < K; j++) {
+        const long long i = (long long)row * K + j;
+        acc = fmaf(__ldcg(a.wts + i), __ldcg(a.y + (long long)__ldcg(a.pos + i) * E + c), acc);
+    }
+    a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
+}
+
 /* ------------------------------------------------------------------ host side */
 
 #define MOE_TYPES(X) X(CK_F32) X(CK_F16) X(CK_BF16) X(CK_Q8_0) X(CK_Q4_0) X(CK_Q4_K) X(CK_Q6_K)
@@ -254,9 +380,11 @@ static const struct {
     const char *name;
 } moe_table[] = {
 #define MOE_ENTRY(T) {(const void *)k_moe_route<T>, "moe_route<" #T ">"}, {(const void *)k_moe_gate_up<T>, "moe_gate_up<" #T ">"}, \
-                     {(const void *)k_moe_down<T>, "moe_down<" #T ">"},
+                     {(const void *)k_moe_down<T>, "moe_down<" #T ">"}, {(const void *)k_moe_gemm<T>, "moe_gemm<" #T ">"},
     MOE_TYPES(MOE_ENTRY)
 #undef MOE_ENTRY
+    {(const void *)k_moe_group, "moe_group"},
+    {(const void *)k_moe_combine, "moe_combine"},
 };
 
 #define N_MOE ((int)(sizeof moe_table / sizeof moe_table[0]))
@@ -282,7 +410,13 @@ moe_dims cm_dims(const kiln_model *m) {
     return moe_dims{hp->n_embd, hp->n_expert, hp->n_expert_used, hp->n_ff_exp};
 }
 
-void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, uint8_t *base, size_t *off) {
+int cm_group_rows(moe_dims d) {
+    if (d.n_expert <= 0 || d.n_used <= 0) return 0;
+    const int r = (d.n_expert + d.n_used - 1) / d.n_used;
+    return r > CM_GROUP_MIN_ROWS ? r : CM_GROUP_MIN_ROWS;
+}
+
+void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, int group_rows, uint8_t *base, size_t *off) {
     memset(s, 0, sizeof *s);
     if (!d.n_expert) return;
     const size_t R = (size_t)max_rows, E = (size_t)d.n_embd, X = (size_t)d.n_expert, K = (size_t)d.n_used,
@@ -294,6 +428,19 @@ void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, uint8_t *base, si
     s->wts = (float *)carve(base, off, R * K * 4);
     s->h = (float *)carve(base, off, R * K * F * 4);
     s->counter = (unsigned *)carve(base, off, R * 4);
+    if (group_rows < 0) group_rows = cm_group_rows(d);
+    const int gmax = max_rows < MOE_MAX_ENTRIES / d.n_used ? max_rows : MOE_MAX_ENTRIES / d.n_used;
+    if (group_rows == 0 || group_rows > max_rows || gmax < 1) return;
+    const size_t G = (size_t)gmax, N = G * K;
+    s->group_rows = group_rows, s->group_max = gmax;
+    s->epad = (d.n_embd + 31) & ~31, s->fpad = (d.n_ff + 31) & ~31;
+    s->xh = (__half *)carve(base, off, G * s->epad * 2);
+    s->offsets = (int *)carve(base, off, (X + 1) * 4);
+    s->list = (int *)carve(base, off, N * 4);
+    s->pos = (int *)carve(base, off, N * 4);
+    s->cu = (float *)carve(base, off, N * F * 4);
+    s->hh = (__half *)carve(base, off, N * s->fpad * 2); /* the padding stays zero: the arena is cleared at open */
+    s->y = (float *)carve(base, off, N * E * 4);
 }
 
 /* Dynamic shared memory of the route / gate_up kernels (input n_embd) and of the down kernel (k slots of F). */
@@ -318,20 +465,23 @@ cudaError_t cm_setup(moe_dims d) {
 }
 
 /* Launches k (with the programmatic-serialization attribute when pdl). */
-static void moe_launch(void (*k)(moe_args), dim3 grid, size_t smem, bool pdl, cudaStream_t st, const moe_args &a) {
+template <typename... KArgs, typename... Args>
+static void moe_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t st,
+                       Args &&...args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(MOE_THREADS);
+    cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, a);
+    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
 }
 
+/* K<type>(...) launched with moe_launch's arguments. */
 #define MOE_DISPATCH(type, K, ...)                               \
     switch (type) {                                              \
     case CK_F32: moe_launch(K<CK_F32>, __VA_ARGS__); break;      \
@@ -344,20 +494,71 @@ static void moe_launch(void (*k)(moe_args), dim3 grid, size_t smem, bool pdl, cu
     default: break;                                              \
     }
 
-void cm_ffn(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
-            cudaStream_t st) {
+static moe_args args_of(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows) {
     moe_args a;
     memset(&a, 0, sizeof a);
     a.x = x, a.xres = x, a.norm_w = L.norm_w, a.eps = eps;
     a.E = n_embd, a.n_expert = L.n_expert, a.k = L.n_used, a.F = L.n_ff, a.norm_topk = L.norm_topk ? 1 : 0;
     a.xn = s.xn, a.probs = s.probs, a.wts = s.wts, a.h = s.h, a.ids = s.ids, a.counter = s.counter;
+    a.n_rows = n_rows, a.epad = s.epad;
+    a.offsets = s.offsets, a.list = s.list, a.pos = s.pos, a.y = s.y;
+    return a;
+}
+
+static void route(const moe_layer &L, const moe_args &a, int n_rows, bool pdl, cudaStream_t st) {
+    MOE_DISPATCH(L.router.type, k_moe_route, dim3((L.n_expert + MOE_WARPS - 1) / MOE_WARPS, (unsigned)n_rows),
+                 dim3(MOE_THREADS), smem_in(a.E), pdl, st, a)
+}
+
+/* The per-row path: route, gate_up, down. */
+static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
+                     cudaStream_t st) {
+    moe_args a = args_of(L, s, x, n_embd, eps, n_rows);
     const unsigned R = (unsigned)n_rows;
     a.w0 = L.router;
-    MOE_DISPATCH(L.router.type, k_moe_route, dim3((L.n_expert + MOE_WARPS - 1) / MOE_WARPS, R), smem_in(n_embd), pdl, st, a)
+    route(L, a, n_rows, pdl, st);
     a.w0 = L.gate, a.w1 = L.up;
-    MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), smem_in(n_embd), pdl,
-                 st, a)
+    MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
+                 smem_in(n_embd), pdl, st, a)
     a.w0 = L.down, a.w1 = dev_weight{};
-    MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), smem_down(L.n_used, L.n_ff), pdl,
-                 st, a)
+    MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
+                 smem_down(L.n_used, L.n_ff), pdl, st, a)
+}
+
+void cm_group(const moe_scratch &s, const int *ids, int n_rows, int k, int n_expert, bool pdl, cudaStream_t st) {
+    moe_args a;
+    memset(&a, 0, sizeof a);
+    a.ids = (int *)ids, a.n_rows = n_rows, a.k = k, a.n_expert = n_expert;
+    a.offsets = s.offsets, a.list = s.list, a.pos = s.pos;
+    moe_launch(k_moe_group, dim3(1), dim3(MOE_GROUP_THREADS), 0, pdl, st, a);
+}
+
+/* The grouped path for n_rows <= s.group_max rows: route (with xh), group, gate and up GEMMs, SwiGLU, down
+ * GEMM, combine. */
+static void ffn_grouped(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
+                        cudaStream_t st) {
+    moe_args a = args_of(L, s, x, n_embd, eps, n_rows);
+    a.w0 = L.router, a.xh = s.xh;
+    route(L, a, n_rows, pdl, st);
+    cm_group(s, s.ids, n_rows, L.n_used, L.n_expert, pdl, st);
+    const int n = n_rows * L.n_used, F = L.n_ff;
+    const unsigned my = (unsigned)((n_rows + GB_M - 1) / GB_M), X = (unsigned)L.n_expert;
+    moe_gemm_args g = {L.gate, L.up, s.h, s.cu, F, s.xh, s.epad, s.list, s.offsets};
+    MOE_DISPATCH(L.gate.type, k_moe_gemm, dim3(2 * ((F + GB_N - 1) / GB_N), my, X), dim3(GB_THREADS), 0, pdl, st, g)
+    ck_swiglu_rows(s.h, s.cu, F, n, s.hh, s.fpad, st);
+    g = moe_gemm_args{L.down, dev_weight{}, (float *)s.y, NULL, n_embd, s.hh, s.fpad, NULL, s.offsets};
+    MOE_DISPATCH(L.down.type, k_moe_gemm, dim3((n_embd + GB_N - 1) / GB_N, my, X), dim3(GB_THREADS), 0, pdl, st, g)
+    moe_launch(k_moe_combine, dim3((n_embd + 255) / 256, (unsigned)n_rows), dim3(256), 0, pdl, st, a);
+}
+
+void cm_ffn(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
+            cudaStream_t st) {
+    if (s.group_rows <= 0 || n_rows < s.group_rows) {
+        ffn_rows(L, s, x, n_embd, eps, n_rows, pdl, st);
+        return;
+    }
+    for (int r0 = 0; r0 < n_rows; r0 += s.group_max) {
+        const int n = n_rows - r0 < s.group_max ? n_rows - r0 : s.group_max;
+        ffn_grouped(L, s, x + (size_t)r0 * n_embd, n_embd, eps, n, pdl, st);
+    }
 }

@@ -526,7 +526,7 @@ extern "C" kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb) {
     return st;
 }
 
-extern "C" kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
+extern "C" kiln_status kiln_cuda_test_moe(int path, uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
                                           const float *router, const void *gate, const void *up, const void *down,
                                           const float *norm_w, float eps, const float *x, int n, float *probs,
                                           int32_t *ids, float *wts, float *y) {
@@ -546,12 +546,17 @@ extern "C" kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, i
         float *dx = (float *)tb_alloc(&b, (size_t)n * n_embd * 4, x);
         moe_scratch ms;
         size_t bytes = 0;
-        cm_plan_scratch(&ms, d, n, NULL, &bytes);
+        const int group_rows = path == KILN_MOE_GROUPED ? 1 : 0;
+        cm_plan_scratch(&ms, d, n, group_rows, NULL, &bytes);
         uint8_t *base = (uint8_t *)tb_alloc(&b, bytes, NULL);
         if (!L.norm_w || !dx || !base) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
         if (st == KILN_OK) {
             bytes = 0;
-            cm_plan_scratch(&ms, d, n, base, &bytes);
+            cm_plan_scratch(&ms, d, n, group_rows, base, &bytes);
+            if (path == KILN_MOE_GROUPED && ms.group_max < n)
+                st = kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: %d rows x %d chosen experts exceed one grouped launch", n, k);
+        }
+        if (st == KILN_OK) {
             cm_ffn(L, ms, dx, n_embd, eps, n, false, b.st);
             st = tb_finish(&b, y, dx, (size_t)n * n_embd * 4);
         }
@@ -559,6 +564,31 @@ extern "C" kiln_status kiln_cuda_test_moe(uint32_t type, int n_embd, int n_ff, i
         if (st == KILN_OK) st = tb_finish(&b, ids, ms.ids, (size_t)n * k * 4);
         if (st == KILN_OK) st = tb_finish(&b, wts, ms.wts, (size_t)n * k * 4);
     }
+    tb_free(&b);
+    return st;
+}
+
+extern "C" kiln_status kiln_cuda_test_moe_group(const int32_t *ids, int n_rows, int k, int n_expert, int32_t *offsets,
+                                                int32_t *list, int32_t *pos) {
+    if (n_rows < 1 || k < 1 || n_expert < 1 || n_expert > 512 || (long long)n_rows * k > 65535)
+        return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test moe group: %d rows x %d of %d experts", n_rows, k, n_expert);
+    test_bufs b;
+    kiln_status st = tb_init(&b);
+    if (st != KILN_OK) return st;
+    const size_t n = (size_t)n_rows * k;
+    moe_scratch ms;
+    memset(&ms, 0, sizeof ms);
+    int *di = (int *)tb_alloc(&b, n * 4, ids);
+    ms.offsets = (int *)tb_alloc(&b, (size_t)(n_expert + 1) * 4, NULL);
+    ms.list = (int *)tb_alloc(&b, n * 4, NULL);
+    ms.pos = (int *)tb_alloc(&b, n * 4, NULL);
+    if (!di || !ms.offsets || !ms.list || !ms.pos) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
+    if (st == KILN_OK) {
+        cm_group(ms, di, n_rows, k, n_expert, false, b.st);
+        st = tb_finish(&b, offsets, ms.offsets, (size_t)(n_expert + 1) * 4);
+    }
+    if (st == KILN_OK) st = tb_finish(&b, list, ms.list, n * 4);
+    if (st == KILN_OK) st = tb_finish(&b, pos, ms.pos, n * 4);
     tb_free(&b);
     return st;
 }
