@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/formats.h"
+
 static const char *stories(void) { return test_shared("models/stories260K/stories260K.gguf"); }
 
 /* Runs the ASan CLI with a formatted argument string; stdout in *out. */
@@ -163,6 +165,7 @@ TEST(cli_invalid_kiln_env_values_warn) {
         {"KILN_THREADS=0", "KILN_THREADS='0'", "1..1024"},
         {"KILN_LOG=loud", "KILN_LOG='loud'", "error, warn, info, debug"},
         {"KILN_NO_SIMD=yes", "KILN_NO_SIMD='yes'", "0, 1"},
+        {"KILN_CPU_LEVEL=avx9", "KILN_CPU_LEVEL='avx9'", "scalar, avx2, avx512, neon"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024], *out = NULL;
@@ -174,10 +177,37 @@ TEST(cli_invalid_kiln_env_values_warn) {
     }
     /* valid values are quiet */
     char cmd[1024], *out = NULL;
-    snprintf(cmd, sizeof cmd, "KILN_THREADS=2 KILN_LOG=warn KILN_NO_SIMD=0 %s run -m %s -n 2 --temp 0 2>&1 >/dev/null",
+    snprintf(cmd, sizeof cmd, "KILN_THREADS=2 KILN_LOG=warn KILN_NO_SIMD=0 KILN_CPU_LEVEL=scalar %s run -m %s -n 2 --temp 0 2>&1 >/dev/null",
              test_kiln_bin(), stories());
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
     CHECKF(out && !strstr(out, "warning"), "%s", out ? out : "");
+    free(out);
+}
+
+/* The CPU kernel level: `kiln info` and `kiln bench` show it; KILN_CPU_LEVEL lowers it, never above the CPU's best
+ * (a warning naming the best); KILN_NO_SIMD=1 is the scalar level. */
+TEST(cli_cpu_level_is_shown_and_lowered) {
+    const char *best = kiln_cpu_level_name(kiln_cpu_level_best());
+    static const char *const levels[] = {"", "scalar", "avx2", "avx512"};
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        char cmd[1024], want[128], *out = NULL;
+        snprintf(cmd, sizeof cmd, "KILN_CPU_LEVEL=%s %s info 2>&1", levels[i], test_kiln_bin());
+        CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
+        /* a level runs when it is scalar, the best, or avx2 under avx512 */
+        const bool runs = !*levels[i] || !strcmp(levels[i], "scalar") || !strcmp(levels[i], best) ||
+                          (!strcmp(levels[i], "avx2") && !strcmp(best, "avx512"));
+        snprintf(want, sizeof want, "cpu level: %s (best on this CPU: %s;", runs && *levels[i] ? levels[i] : best, best);
+        CHECKF(out && strstr(out, want), "KILN_CPU_LEVEL=%s: no '%s' in:\n%s", levels[i], want, out ? out : "");
+        snprintf(want, sizeof want, "support at most %s", best);
+        CHECKF(out && !strstr(out, want) == runs, "KILN_CPU_LEVEL=%s (best %s): warning %s expected:\n%s", levels[i], best,
+               runs ? "not" : "", out ? out : "");
+        free(out);
+    }
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "KILN_NO_SIMD=1 KILN_CPU_LEVEL=avx2 %s bench -m %s -p 8 -n 2 -r 1 --threads 1 --json 2>&1",
+             test_kiln_bin(), stories());
+    CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
+    CHECKF(out && strstr(out, "\"cpu_level\":\"scalar\""), "%s", out ? out : "");
     free(out);
 }
 

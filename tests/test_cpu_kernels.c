@@ -8,7 +8,9 @@
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
+#include "formats/blocks.h"
 #include "formats/formats.h"
+#include "avx512_kernels.h"
 
 TEST(cpu_attn_simd_matches_reference) {
     cpu_attn_kernels best = cpu_attn_select();
@@ -108,7 +110,8 @@ TEST(cpu_activation_quantizers_match_reference) {
 /* One random block product: weight rows 0..nw-1, activation rows 0..na-1 of n values, the tiled kernel over
  * the sub-block [r0, r1) x [b0, b1) against the single dot pair by pair (bit for bit) and the reference
  * (cpu_gemm_ref); cells outside the sub-block must stay untouched. */
-static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, int r0, int r1, int b0, int b1, uint64_t *rng) {
+static void gemm_case(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, int n, int nw, int na, int r0, int r1, int b0,
+                      int b1, uint64_t *rng) {
     enum { MAXW = 11, MAXA = 11, MAXN = 768 };
     const kiln_type_info *ti = kiln_type_get(type);
     static uint8_t w[MAXW][MAXN / 32 * 34 + 64], y[MAXA][MAXN / 32 * 36 + 64];
@@ -124,7 +127,7 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, in
         if (ti->vec_dot_type == KILN_TYPE_Q8_0)
             for (int ib = 0; ib < n / 32; ib++) yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
     }
-    const cpu_gemm_args a = {.dot = ti->vec_dot_fast, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
+    const cpu_gemm_args a = {.dot = dot, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
                              .y_stride = sizeof y[0], .yd = yd, .out = got, .out_stride = MAXW};
     cpu_gemm_args aref = a;
     aref.out = ref;
@@ -134,7 +137,7 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, int n, int nw, int na, in
     for (int b = 0; b < na; b++)
         for (int r = 0; r < nw; r++) {
             float want = -1234.5f;
-            if (r >= r0 && r < r1 && b >= b0 && b < b1) ti->vec_dot_fast(n, &want, w[r], y[b]);
+            if (r >= r0 && r < r1 && b >= b0 && b < b1) dot(n, &want, w[r], y[b]);
             CHECKF(!memcmp(&want, &got[b * MAXW + r], sizeof want) && !memcmp(&want, &ref[b * MAXW + r], sizeof want),
                    "%s n %d rows [%d,%d) acts [%d,%d) cell (%d,%d): single %.9g tiled %.9g ref %.9g", ti->name, n, r0, r1,
                    b0, b1, r, b, want, got[b * MAXW + r], ref[b * MAXW + r]);
@@ -154,8 +157,89 @@ TEST(cpu_gemm_bit_identical_to_single_dots) {
         if (fast == cpu_gemm_ref) printf("  (no tiled %s kernel on this CPU: the reference only)\n", ti->name);
         for (int nw = 1; nw <= 11; nw++)
             for (int na = 1; na <= 11; na++) {
-                gemm_case(types[t], fast, sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
-                if (nw > 2 && na > 2) gemm_case(types[t], fast, sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
+                gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
+                if (nw > 2 && na > 2) gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
             }
     }
+}
+
+#if KILN_X86
+/* The AVX-512 kernels of k against the AVX2 ones, bit for bit: the VNNI dots on random rows of several lengths
+ * (normals, a scaled row, an outlier), the tiles through gemm_case (every tile shape and edge, sub-blocks)
+ * against their VNNI dot; and the VNNI dots within tolerance of the scalar references. */
+static void check_avx512_kernels(const avx512_kernels *k) {
+    static const struct { uint32_t type; int lengths[5]; } cases[] = {
+        {KILN_TYPE_Q8_0, {32, 96, 288, 1056, 4096}}, {KILN_TYPE_Q4_0, {32, 64, 352, 1024, 4096}},
+        {KILN_TYPE_Q4_K, {256, 512, 768, 2048, 4096}}};
+    const kiln_vec_dot_fn vnni[3] = {k->dot_q8_0, k->dot_q4_0, k->dot_q4_K};
+    const kiln_vec_dot_fn avx2[3] = {kiln_dot_q8_0_avx2, kiln_dot_q4_0_avx2, kiln_dot_q4_K_avx2};
+    const cpu_gemm_fn gemm[3] = {k->gemm_q8_0, k->gemm_q4_0, k->gemm_q4_K};
+    static float xf[4096], wf[4096], wd[4096], xd[4096];
+    static uint8_t wq[4096 / 32 * 36], xq[4096 / 32 * 36 + 4096];
+    uint64_t rng = 0x76e6e69;
+    for (int t = 0; t < 3; t++) {
+        const kiln_type_info *ti = kiln_type_get(cases[t].type);
+        for (int li = 0; li < 5; li++) {
+            const int n = cases[t].lengths[li];
+            for (int trial = 0; trial < 4; trial++) {
+                const float scale = trial == 3 ? 1e-3f : 1.0f;
+                for (int i = 0; i < n; i++) {
+                    wf[i] = test_rand_normal(&rng) * scale;
+                    xf[i] = test_rand_normal(&rng) * (trial == 2 ? 30.0f : 1.0f);
+                }
+                if (trial == 1) xf[n / 3] = 500.0f;
+                ti->from_float(wf, wq, n);
+                kiln_quantize_row_for_dot(cases[t].type, xf, xq, n);
+                float got = NAN, want = NAN, ref = NAN;
+                vnni[t](n, &got, wq, xq);
+                avx2[t](n, &want, wq, xq);
+                ti->vec_dot(n, &ref, wq, xq);
+                CHECKF(!memcmp(&got, &want, sizeof got), "%s n %d trial %d: vnni dot %.9g != avx2 dot %.9g", ti->name, n,
+                       trial, got, want);
+                ti->to_float(wq, wd, n);
+                kiln_type_get(ti->vec_dot_type)->to_float(xq, xd, n);
+                double mag = 0;
+                for (int i = 0; i < n; i++) mag += fabs((double)wd[i] * xd[i]);
+                CHECKF(fabs((double)got - ref) <= 4.0 * 1.2e-7 * mag + 1e-30, "%s n %d: vnni dot %.9g vs scalar %.9g",
+                       ti->name, n, got, ref);
+            }
+        }
+        static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+        for (int nw = 1; nw <= 11; nw++)
+            for (int na = 1; na <= 11; na++) {
+                gemm_case(cases[t].type, gemm[t], vnni[t], sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
+                if (nw > 2 && na > 2) gemm_case(cases[t].type, gemm[t], vnni[t], sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
+            }
+    }
+}
+#endif
+
+/* The real AVX-512 VNNI kernels (dot_avx512.c, cpu_gemm_avx512.c), where the CPU has AVX-512 F/BW/VL/VNNI. */
+TEST(cpu_avx512_kernels_bit_identical_to_avx2) {
+#if KILN_X86
+    if (!kiln_cpu_has_avx512vnni()) { test_skip("no AVX-512 F/BW/VL/VNNI on this CPU"); return; }
+    kiln_formats_init();
+    const avx512_kernels real = {kiln_dot_q8_0_vnni, kiln_dot_q4_0_vnni, kiln_dot_q4_K_vnni,
+                                 cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512};
+    check_avx512_kernels(&real);
+    /* and the backend picks them at the avx512 level */
+    if (kiln_cpu_level() == KILN_CPU_AVX512) {
+        CHECK(kiln_type_get(KILN_TYPE_Q8_0)->vec_dot_fast == kiln_dot_q8_0_vnni);
+        CHECK(cpu_gemm_select(kiln_dot_q8_0_vnni) == cpu_gemm_q8_0_avx512);
+    }
+#else
+    test_skip("not an x86 build");
+#endif
+}
+
+/* The same source over the AVX2 emulation of the AVX-512 intrinsics (avx512_emu_avx2.c): the kernels' logic
+ * on any AVX2 CPU. */
+TEST(cpu_avx512_kernels_emulated_bit_identical_to_avx2) {
+#if KILN_X86
+    if (!kiln_cpu_has_avx2()) { test_skip("no AVX2 on this CPU"); return; }
+    kiln_formats_init();
+    check_avx512_kernels(&avx512_emulated);
+#else
+    test_skip("not an x86 build");
+#endif
 }

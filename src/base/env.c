@@ -13,6 +13,7 @@ static const struct { const char *name, *help; } knobs[] = {
     {"KILN_THREADS", "default CPU thread count (default: online cores)"},
     {"KILN_SHARED", "shared test data folder (tests; default ../shared)"},
     {"KILN_NO_SIMD", "1: scalar reference kernels only"},
+    {"KILN_CPU_LEVEL", "CPU kernels: scalar|avx2|avx512|neon, at most the CPU's best (default: best)"},
     {"KILN_API_KEY", "kiln serve: the API key clients must send (default: none)"},
 };
 
@@ -66,6 +67,17 @@ bool kiln_env_no_simd(void) {
     if (!strcmp(v, "1")) return true;
     warn_invalid(&warned, "KILN_NO_SIMD", v, "0, 1", "0 (SIMD kernels where the CPU has them)");
     return false;
+}
+
+const char *kiln_env_cpu_level(void) {
+    static const char *const levels[] = {"scalar", "avx2", "avx512", "neon"};
+    static bool warned;
+    const char *v = value("KILN_CPU_LEVEL");
+    if (!v) return NULL;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(v, levels[i])) return levels[i];
+    warn_invalid(&warned, "KILN_CPU_LEVEL", v, "scalar, avx2, avx512, neon", "the CPU's best level");
+    return NULL;
 }
 
 const char *kiln_env_api_key(void) {

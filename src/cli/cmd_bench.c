@@ -10,6 +10,7 @@
 #include "cli/bench_seqs.h"
 #include "base/timing.h"
 #include "cli/cli.h"
+#include "formats/formats.h"
 
 static const char *usage_text =
     "usage: kiln bench -m MODEL [options]\n"
@@ -129,15 +130,15 @@ int cmd_bench(int argc, char **argv) {
         cli_json_str(stdout, model, strlen(model));
         printf(",\"backend\":\"%s\",\"decode\":\"%s\",\"threads\":%d,\"prompt_tokens\":%ld,\"gen_tokens\":%ld,\"reps\":%ld,\"open_ns\":%llu,"
                "\"prefill_median_ns\":%llu,\"decode_median_ns\":%llu,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-               "\"first_prefill_ns\":%llu,\"first_decode_ns\":%llu,\"open_phases\":{",
+               "\"first_prefill_ns\":%llu,\"first_decode_ns\":%llu,\"cpu_level\":\"%s\",\"open_phases\":{",
                kiln_session_backend(s), bench_sample_mode(&sa), kiln_session_n_threads(s), P, G, R, (unsigned long long)open_ns,
                (unsigned long long)mp, (unsigned long long)md, P / (mp / 1e9), md ? G / (md / 1e9) : 0.0,
-               (unsigned long long)first_pre, (unsigned long long)first_dec);
+               (unsigned long long)first_pre, (unsigned long long)first_dec, kiln_cpu_level_name(kiln_cpu_level()));
         for (size_t i = 0; i < nph; i++) printf("%s\"%s\":%llu", i ? "," : "", ph[i].name, (unsigned long long)ph[i].ns);
         printf("}}\n");
     } else {
-        printf("%s (%s, %d layers, %d embd) · %s · %d threads\n", model, mi.arch, mi.n_layer, mi.n_embd,
-               kiln_session_backend(s), kiln_session_n_threads(s));
+        printf("%s (%s, %d layers, %d embd) · %s · %d threads · cpu kernels %s\n", model, mi.arch, mi.n_layer, mi.n_embd,
+               kiln_session_backend(s), kiln_session_n_threads(s), kiln_cpu_level_name(kiln_cpu_level()));
         printf("open %.1f ms (", open_ns / 1e6);
         for (size_t i = 0; i < nph; i++) printf("%s%s %.2f", i ? ", " : "", ph[i].name + 5, ph[i].ns / 1e6);
         printf(")\n");

@@ -15,6 +15,7 @@
 
 #include "base/env.h"
 #include "cli/cli.h"
+#include "formats/formats.h"
 #ifdef KILN_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
 #endif
@@ -76,6 +77,9 @@ int cmd_info(int argc, char **argv) {
     printf(" neon");
 #endif
     printf("\n");
+    /* the level the CPU kernels run at (KILN_CPU_LEVEL / KILN_NO_SIMD lower it) */
+    printf("cpu level: %s (best on this CPU: %s; KILN_CPU_LEVEL lowers it)\n", kiln_cpu_level_name(kiln_cpu_level()),
+           kiln_cpu_level_name(kiln_cpu_level_best()));
 
 #ifdef KILN_HAVE_CUDA
     printf("cuda:     built for %s\n", kiln_cuda_archs_built());

@@ -188,6 +188,12 @@ void kiln_q8_0_act_avx2(const float *x, void *y, int64_t n);
 void kiln_q8_1_act_avx2(const float *x, void *y, int64_t n);
 void kiln_f16_from_float_avx2(const float *x, void *y, int64_t n);
 
+/* ---- dot_avx512.c (call only when kiln_cpu_has_avx512vnni()): VNNI integer block sums, the float operations
+ * of the AVX2 dots above in the same order, so each result is bit-identical to its AVX2 version ---- */
+void kiln_dot_q8_0_vnni(int n, float *s, const void *x, const void *y);
+void kiln_dot_q4_0_vnni(int n, float *s, const void *x, const void *y);
+void kiln_dot_q4_K_vnni(int n, float *s, const void *x, const void *y);
+
 /* ---- dot_neon.c (aarch64 builds only) ---- */
 void kiln_dot_f32_neon(int n, float *s, const void *x, const void *y);
 void kiln_dot_f16_neon(int n, float *s, const void *x, const void *y);

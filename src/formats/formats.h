@@ -101,10 +101,26 @@ kiln_from_float_fn kiln_from_float_fast(uint32_t type);
 #define KILN_X86 1
 /* True when this CPU has AVX2, FMA and F16C (the *_avx2.c kernels may run). */
 int kiln_cpu_has_avx2(void);
+/* True when this CPU also has AVX-512 F, BW, VL and VNNI (the *_avx512.c kernels may run). */
+int kiln_cpu_has_avx512vnni(void);
 #else
 #define KILN_X86 0
 static inline int kiln_cpu_has_avx2(void) { return 0; }
+static inline int kiln_cpu_has_avx512vnni(void) { return 0; }
 #endif
+/* The kernel levels of the CPU code (cpu_level.c). x86: AVX2 needs AVX2 + FMA + F16C; AVX512 needs AVX2 and
+ * AVX-512 F, BW, VL and VNNI (the *_avx512.c kernels: VNNI integer dots, bit-identical to the AVX2 ones).
+ * aarch64: NEON. KILN_CPU_SCALAR is the scalar reference everywhere. */
+typedef enum kiln_isa_level { KILN_CPU_SCALAR = 0, KILN_CPU_NEON = 1, KILN_CPU_AVX2 = 2, KILN_CPU_AVX512 = 3 } kiln_isa_level;
+
+/* The best level this CPU and build support. */
+kiln_isa_level kiln_cpu_level_best(void);
+/* The level the kernels run at: the best one, lowered by KILN_CPU_LEVEL (scalar|avx2|avx512|neon; a level above
+ * the best is a warning and the best applies) or KILN_NO_SIMD=1 (scalar). Read once (thread-safe), fixed after. */
+kiln_isa_level kiln_cpu_level(void);
+/* "scalar", "neon", "avx2", "avx512". */
+const char *kiln_cpu_level_name(kiln_isa_level level);
+
 /* KILN_NEON: the *_neon.c kernels exist only in aarch64 builds (NEON is part of that base ISA). */
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define KILN_NEON 1

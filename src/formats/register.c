@@ -1,8 +1,10 @@
 /*
  * register.c — fills the compute operations of the type table (to_float, from_float, the scalar
  * reference vec_dot and the best vec_dot_fast for this CPU), and the activation conversion helper
- * kiln_quantize_row_for_dot. SIMD variants are chosen once, at table initialization: AVX2 when the
- * CPU has AVX2, FMA and F16C (x86), NEON in aarch64 builds, unless KILN_NO_SIMD=1.
+ * kiln_quantize_row_for_dot. SIMD variants are chosen once, at table initialization, by kiln_cpu_level():
+ * AVX2 when the CPU has AVX2, FMA and F16C (x86), plus the VNNI dots of dot_avx512.c at the avx512 level
+ * (Q8_0, Q4_0, Q4_K: bit-identical to their AVX2 versions), NEON in aarch64 builds; the scalar references
+ * at the scalar level (KILN_NO_SIMD=1 or KILN_CPU_LEVEL=scalar).
  */
 #include "base/env.h"
 #include "base/error.h"
@@ -21,36 +23,43 @@ static void set_ops(kiln_type_info *t, kiln_to_float_fn to_float, kiln_from_floa
 }
 
 void kiln_formats_register(kiln_type_info *table) {
+    const kiln_isa_level level = kiln_cpu_level();
 #if KILN_X86
-    const int simd = !kiln_env_no_simd() && kiln_cpu_has_avx2();
+    const int simd = level >= KILN_CPU_AVX2, vnni = level >= KILN_CPU_AVX512;
 #define SIMD(fn) (simd ? (fn) : NULL)
 #define FAST(avx2, neon) SIMD(avx2)
+#define BEST(avx512, avx2, neon) (vnni ? (avx512) : SIMD(avx2))
 #elif KILN_NEON
-    const int neon = !kiln_env_no_simd();
+    const int neon = level == KILN_CPU_NEON;
 #define SIMD(fn) NULL
 #define FAST(avx2, neon_fn) (neon ? (neon_fn) : NULL)
+#define BEST(avx512, avx2, neon_fn) FAST(avx2, neon_fn)
 #else
+    (void)level;
 #define SIMD(fn) NULL
 #define FAST(avx2, neon) NULL
+#define BEST(avx512, avx2, neon) NULL
 #endif
-    /* SIMD(f): an AVX2-only variant; FAST(f_avx2, f_neon): the variant of this build's ISA */
+    /* SIMD(f): an AVX2-only variant; FAST(f_avx2, f_neon): the variant of this build's ISA; BEST(f_avx512,
+     * f_avx2, f_neon) the same with an AVX-512 VNNI variant on x86 */
     set_ops(&table[KILN_TYPE_F32], kiln_f32_to_float, kiln_f32_from_float, kiln_dot_f32, FAST(kiln_dot_f32_avx2, kiln_dot_f32_neon));
     set_ops(&table[KILN_TYPE_F16], kiln_f16_to_float, kiln_f16_from_float, kiln_dot_f16, FAST(kiln_dot_f16_avx2, kiln_dot_f16_neon));
     set_ops(&table[KILN_TYPE_BF16], kiln_bf16_to_float, kiln_bf16_from_float, kiln_dot_bf16, SIMD(kiln_dot_bf16_avx2));
-    set_ops(&table[KILN_TYPE_Q4_0], kiln_q4_0_to_float, kiln_q4_0_from_float, kiln_dot_q4_0_q8_0, FAST(kiln_dot_q4_0_avx2, kiln_dot_q4_0_neon));
+    set_ops(&table[KILN_TYPE_Q4_0], kiln_q4_0_to_float, kiln_q4_0_from_float, kiln_dot_q4_0_q8_0, BEST(kiln_dot_q4_0_vnni, kiln_dot_q4_0_avx2, kiln_dot_q4_0_neon));
     set_ops(&table[KILN_TYPE_Q4_1], kiln_q4_1_to_float, kiln_q4_1_from_float, kiln_dot_q4_1_q8_1, SIMD(kiln_dot_q4_1_avx2));
     set_ops(&table[KILN_TYPE_Q5_0], kiln_q5_0_to_float, kiln_q5_0_from_float, kiln_dot_q5_0_q8_0, SIMD(kiln_dot_q5_0_avx2));
     set_ops(&table[KILN_TYPE_Q5_1], kiln_q5_1_to_float, kiln_q5_1_from_float, kiln_dot_q5_1_q8_1, SIMD(kiln_dot_q5_1_avx2));
-    set_ops(&table[KILN_TYPE_Q8_0], kiln_q8_0_to_float, kiln_q8_0_from_float, kiln_dot_q8_0_q8_0, FAST(kiln_dot_q8_0_avx2, kiln_dot_q8_0_neon));
+    set_ops(&table[KILN_TYPE_Q8_0], kiln_q8_0_to_float, kiln_q8_0_from_float, kiln_dot_q8_0_q8_0, BEST(kiln_dot_q8_0_vnni, kiln_dot_q8_0_avx2, kiln_dot_q8_0_neon));
     set_ops(&table[KILN_TYPE_Q8_1], kiln_q8_1_to_float, kiln_q8_1_from_float, NULL, NULL);
     set_ops(&table[KILN_TYPE_Q2_K], kiln_q2_K_to_float, kiln_q2_K_from_float, kiln_dot_q2_K_q8_K, SIMD(kiln_dot_q2_K_avx2));
     set_ops(&table[KILN_TYPE_Q3_K], kiln_q3_K_to_float, kiln_q3_K_from_float, kiln_dot_q3_K_q8_K, SIMD(kiln_dot_q3_K_avx2));
-    set_ops(&table[KILN_TYPE_Q4_K], kiln_q4_K_to_float, kiln_q4_K_from_float, kiln_dot_q4_K_q8_K, FAST(kiln_dot_q4_K_avx2, kiln_dot_q4_K_neon));
+    set_ops(&table[KILN_TYPE_Q4_K], kiln_q4_K_to_float, kiln_q4_K_from_float, kiln_dot_q4_K_q8_K, BEST(kiln_dot_q4_K_vnni, kiln_dot_q4_K_avx2, kiln_dot_q4_K_neon));
     set_ops(&table[KILN_TYPE_Q5_K], kiln_q5_K_to_float, kiln_q5_K_from_float, kiln_dot_q5_K_q8_K, SIMD(kiln_dot_q5_K_avx2));
     set_ops(&table[KILN_TYPE_Q6_K], kiln_q6_K_to_float, kiln_q6_K_from_float, kiln_dot_q6_K_q8_K, FAST(kiln_dot_q6_K_avx2, kiln_dot_q6_K_neon));
     set_ops(&table[KILN_TYPE_Q8_K], kiln_q8_K_to_float, kiln_q8_K_from_float, NULL, NULL);
 #undef SIMD
 #undef FAST
+#undef BEST
     /* the fast activation quantizers produce the same bytes as the reference ones (tested) */
 #if KILN_X86
     if (simd) {

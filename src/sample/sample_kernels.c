@@ -23,10 +23,12 @@ double sample_exp_sum_ref(const float *x, int n, float m, float temp) {
 
 sample_kernels sample_kernels_select(void) {
     sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref};
-    if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) {
+#if KILN_X86 /* the AVX2 kernels exist only there */
+    if (kiln_cpu_level() >= KILN_CPU_AVX2) {
         k.block_max = sample_block_max_avx2;
         k.exp_sum = sample_exp_sum_avx2;
         k.exp_sum_fast = sample_exp_sum_fast_avx2;
     }
+#endif
     return k;
 }

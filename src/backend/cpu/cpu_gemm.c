@@ -10,12 +10,25 @@ void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
                    a->y + (size_t)b * a->y_stride);
 }
 
+void cpu_gemm_walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM, int TN, const cpu_gemm_tile_fn *tab) {
+    for (int r = r0; r < r1; r += TM) {
+        const int tm = r1 - r < TM ? r1 - r : TM;
+        for (int b = b0; b < b1; b += TN) {
+            const int tn = b1 - b < TN ? b1 - b : TN;
+            tab[(tm - 1) * TN + tn - 1](a, r, b);
+        }
+    }
+}
+
 cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
     /* only where it is the dot in use: the tiles reproduce that function, not the type */
     if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_q8_0_avx2;
     if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_q4_0_avx2;
     if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_q4_K_avx2;
+    if (dot == kiln_dot_q8_0_vnni) return cpu_gemm_q8_0_avx512;
+    if (dot == kiln_dot_q4_0_vnni) return cpu_gemm_q4_0_avx512;
+    if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_q4_K_avx512;
 #endif
     return cpu_gemm_ref;
 }

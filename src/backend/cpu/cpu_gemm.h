@@ -31,6 +31,13 @@ typedef struct cpu_gemm_args {
 /* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
+/* One register tile of a fast kernel: its weight rows r.. x activation rows b.. (the sizes are the function's). */
+typedef void (*cpu_gemm_tile_fn)(const cpu_gemm_args *a, int r, int b);
+/* Walks [r0, r1) x [b0, b1) in tiles of TM x TN (smaller at the edges), weight tile outer so its rows stay in
+ * L1 while the activation rows (the caller's cache block) stream from L2; tab[(tm - 1) * TN + tn - 1] is the
+ * tile of tm x tn. */
+void cpu_gemm_walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM, int TN, const cpu_gemm_tile_fn *tab);
+
 /* The reference: the single dot, pair by pair. */
 void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q8_0 x Q8_0 tiles, bit-identical to kiln_dot_q8_0_avx2 (reads a->yd). */
@@ -39,6 +46,11 @@ void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q4_K x Q8_K tiles, bit-identical to kiln_dot_q4_K_avx2. */
 void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+
+/* AVX-512 VNNI tiles (cpu_gemm_avx512.c), bit-identical to kiln_dot_q8_0_vnni / q4_0 / q4_K (= the AVX2 dots). */
+void cpu_gemm_q8_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 /* The tiled kernel that reproduces `dot` (a type's vec_dot_fast) exactly, or the reference. */
 cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot);

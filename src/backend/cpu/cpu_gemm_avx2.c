@@ -18,20 +18,6 @@
 /* the tile loops have constant bounds once inlined: unrolled, their arrays live in registers */
 #define UNROLL _Pragma("GCC unroll 4")
 
-typedef void (*tile_fn)(const cpu_gemm_args *a, int r, int b);
-
-/* Walks the block in tiles of TM x TN (smaller at the edges): weight tile outer, so its rows stay in L1
- * while the activation rows (the caller's cache block) stream from L2. tab[(tm - 1) * TN + tn - 1]. */
-static void walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM, int TN, const tile_fn *tab) {
-    for (int r = r0; r < r1; r += TM) {
-        const int tm = r1 - r < TM ? r1 - r : TM;
-        for (int b = b0; b < b1; b += TN) {
-            const int tn = b1 - b < TN ? b1 - b : TN;
-            tab[(tm - 1) * TN + tn - 1](a, r, b);
-        }
-    }
-}
-
 /* ----------------------------------------------------------------------------------- Q8_0, Q4_0 */
 
 /* The single dots per pair: acc = fmadd(h2f(x.d) * h2f(y.d), int block sum, acc); yd holds h2f(y.d) (exact),
@@ -91,15 +77,15 @@ Q8_TILE(4, 1) Q8_TILE(4, 2) Q8_TILE(4, 3)
 #undef Q8_TILE
 
 void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const tile_fn tab[Q8_TM * Q8_TN] = {q8_0_1x1, q8_0_1x2, q8_0_1x3, q8_0_2x1, q8_0_2x2, q8_0_2x3,
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {q8_0_1x1, q8_0_1x2, q8_0_1x3, q8_0_2x1, q8_0_2x2, q8_0_2x3,
                                                q8_0_3x1, q8_0_3x2, q8_0_3x3, q8_0_4x1, q8_0_4x2, q8_0_4x3};
-    walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+    cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 
 void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const tile_fn tab[Q8_TM * Q8_TN] = {q4_0_1x1, q4_0_1x2, q4_0_1x3, q4_0_2x1, q4_0_2x2, q4_0_2x3,
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {q4_0_1x1, q4_0_1x2, q4_0_1x3, q4_0_2x1, q4_0_2x2, q4_0_2x3,
                                                q4_0_3x1, q4_0_3x2, q4_0_3x3, q4_0_4x1, q4_0_4x2, q4_0_4x3};
-    walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+    cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 
 /* ------------------------------------------------------------------------------------------ Q4_K */
@@ -160,7 +146,7 @@ K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4)
 #undef K4_TILE
 
 void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
+    static const cpu_gemm_tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
                                                q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4};
-    walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
+    cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
 }

@@ -1,0 +1,163 @@
+/*
+ * cpu_gemm_avx512.c — AVX-512 VNNI register tiles of the block product (cpu_gemm.h) for Q8_0, Q4_0 and Q4_K
+ * weights (compiled with the AVX-512 flags; cpu_gemm_select picks them only for the VNNI dots of
+ * formats/dot_avx512.c, which run only on a CPU with AVX-512 F/BW/VL/VNNI). Per pair the float operations
+ * are those of the single dot (= the AVX2 dot) in the same order, so each result is bit-identical to it:
+ *  - Q8_0 / Q4_0: a zmm holds the 8-lane accumulators of two pairs (one weight row, two activation rows: low
+ *    and high half). Lanes never mix, so each half follows the single dot's order exactly; the integer
+ *    block sums of both pairs come from one vpdpbusd. The weight (Q4_0: its nibbles minus 8) is the signed
+ *    operand, the activation plus 128 (its sign bit flipped) the unsigned one, and -128 * (sum of the
+ *    weight's groups of 4) seeds the accumulator, so the sum is exactly sum x*y.
+ *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int), the float steps in ymm per pair.
+ */
+#include "backend/cpu/cpu_gemm.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "formats/blocks.h"
+#include "formats/simd_avx512.h"
+
+#define INLINE __attribute__((always_inline)) inline
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* ----------------------------------------------------------------------------------- Q8_0, Q4_0 */
+
+/* Two 32-byte rows in the halves of a zmm. */
+static INLINE __m512i load_2x256(const void *lo, const void *hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+/* [*lo x8 | *hi x8] */
+static INLINE __m512 broadcast_2x_ss(const float *lo, const float *hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_broadcast_ss(lo))),
+                                               _mm256_castps_pd(_mm256_broadcast_ss(hi)), 1));
+}
+
+/* The signed weights of a block in both halves: Q8_0 its bytes, Q4_0 its nibbles (unpack_nibbles16 order)
+ * minus 8. */
+static INLINE __m512i weight_block(const uint8_t *qs, bool q4) {
+    if (!q4) return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
+    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(b, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
+    return _mm512_sub_epi8(nib, _mm512_set1_epi8(8));
+}
+
+/* Up to 4 weight rows x 8 activation rows (4 pairs of them); an odd last row is paired with itself and the
+ * copy's result dropped. yd holds h2f(y.d) (exact): dx * dy is the single dot's scale product. */
+static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
+    const int nb = a->n / QK8_0, np = (tn + 1) / 2;
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const uint8_t *x[4];
+    const block_q8_0 *y[8];
+    const float *yd[8];
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
+    UNROLL for (int j = 0; j < 2 * np; j++) {
+        const int row = b + (j < tn ? j : tn - 1);
+        y[j] = (const block_q8_0 *)(a->y + (size_t)row * a->y_stride);
+        yd[j] = a->yd + (size_t)row * nb;
+    }
+    UNROLL for (int i = 0; i < tm; i++) UNROLL for (int p = 0; p < np; p++) acc[i][p] = _mm512_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        __m512i yu[4];
+        __m512 dy[4];
+        UNROLL for (int p = 0; p < np; p++) {
+            yu[p] = _mm512_xor_si512(load_2x256(y[2 * p][ib].qs, y[2 * p + 1][ib].qs), flip);
+            dy[p] = broadcast_2x_ss(&yd[2 * p][ib], &yd[2 * p + 1][ib]);
+        }
+        UNROLL for (int i = 0; i < tm; i++) {
+            const uint8_t *xb = x[i] + (size_t)ib * xblock; /* both blocks: the f16 scale d, then qs */
+            uint16_t d;
+            memcpy(&d, xb, sizeof d);
+            const __m512 dx = _mm512_set1_ps(h2f(d));
+            const __m512i xs = weight_block(xb + 2, q4);
+            const __m512i seed = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xs));
+            UNROLL for (int p = 0; p < np; p++) {
+                const __m512i sum = _mm512_dpbusd_epi32(seed, yu[p], xs);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[p]), _mm512_cvtepi32_ps(sum), acc[i][p]);
+            }
+        }
+    }
+    UNROLL for (int p = 0; p < np; p++)
+        UNROLL for (int i = 0; i < tm; i++) {
+            float *o = a->out + (size_t)(b + 2 * p) * a->out_stride + (size_t)(r + i);
+            o[0] = hsum_ps(_mm512_castps512_ps256(acc[i][p]));
+            if (2 * p + 1 < tn) o[a->out_stride] = hsum_ps(high_ps(acc[i][p]));
+        }
+}
+
+#define Q8_TM 4
+#define Q8_TN 8
+#define Q8_TILE(tm, tn)                                                                                    \
+    static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, false); } \
+    static void q4_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, true); }
+#define Q8_ROW(tm) Q8_TILE(tm, 1) Q8_TILE(tm, 2) Q8_TILE(tm, 3) Q8_TILE(tm, 4) Q8_TILE(tm, 5) Q8_TILE(tm, 6) Q8_TILE(tm, 7) Q8_TILE(tm, 8)
+Q8_ROW(1) Q8_ROW(2) Q8_ROW(3) Q8_ROW(4)
+#undef Q8_ROW
+#undef Q8_TILE
+#define TAB_ROW(t, tm) t##_##tm##x1, t##_##tm##x2, t##_##tm##x3, t##_##tm##x4, t##_##tm##x5, t##_##tm##x6, t##_##tm##x7, t##_##tm##x8
+
+void cpu_gemm_q8_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q8_0, 1), TAB_ROW(q8_0, 2), TAB_ROW(q8_0, 3), TAB_ROW(q8_0, 4)};
+    cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+}
+
+void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q4_0, 1), TAB_ROW(q4_0, 2), TAB_ROW(q4_0, 3), TAB_ROW(q4_0, 4)};
+    cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
+}
+#undef TAB_ROW
+
+/* ------------------------------------------------------------------------------------------ Q4_K */
+
+/* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
+ * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
+ * are unpacked once for the tile's activation rows. */
+static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
+    const int nb = a->n / QK_K;
+    const block_q4_K *x[2];
+    const block_q8_K *y[4];
+    __m256 acc[2][4], accm[2][4];
+    UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q4_K *)(a->w + (size_t)(r + i) * a->w_stride);
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_K *)(a->y + (size_t)(b + j) * a->y_stride);
+        UNROLL for (int i = 0; i < tm; i++) acc[i][j] = accm[i][j] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < nb; ib++) {
+        UNROLL for (int i = 0; i < tm; i++) {
+            const block_q4_K *xb = &x[i][ib];
+            __m256i mins16;
+            const __m256i sc = k4_scales_mins(xb->scales, &mins16);
+            k4_weights w;
+            k4_unpack(xb->qs, sc, &w);
+            const float dx = h2f(xb->d), dmx = h2f(xb->dmin);
+            UNROLL for (int j = 0; j < tn; j++) {
+                const block_q8_K *yb = &y[j][ib];
+                const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(yb), mins16));
+                accm[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dmx), mins, accm[i][j]);
+                const __m256i sum = k4_block_int(&w, yb->qs);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dx), _mm256_cvtepi32_ps(sum), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++)
+        UNROLL for (int i = 0; i < tm; i++)
+            a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(_mm256_sub_ps(acc[i][j], accm[i][j]));
+}
+
+#define K4_TM 2
+#define K4_TN 4
+#define K4_TILE(tm, tn) \
+    static void q4_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q4_K_tile(a, r, b, tm, tn); }
+K4_TILE(1, 1) K4_TILE(1, 2) K4_TILE(1, 3) K4_TILE(1, 4)
+K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4)
+#undef K4_TILE
+
+void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
+                                               q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4};
+    cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
+}

@@ -1,0 +1,180 @@
+/*
+ * avx512_emu_avx2.c — the AVX-512 kernels (formats/dot_avx512.c, backend/cpu/cpu_gemm_avx512.c) compiled over
+ * an emulation of the AVX-512 intrinsics they use: a zmm is two ymm halves, the lane-wise operations run as
+ * their AVX2 twins per half, vpdpbusd / vpdpwssd as scalar loops written from Intel's definitions
+ * (non-saturating int32 sums). So the kernels' logic — operand order, bias and seed, halves, tile edges —
+ * is tested bit for bit against the AVX2 kernels on a CPU without AVX-512; the real instructions are
+ * tested by the same checks where the CPU has them. Test scaffolding only (avx512_kernels.h).
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct { __m256i lo, hi; } emu_m512i;
+typedef struct { __m256 lo, hi; } emu_m512;
+typedef struct { __m256d lo, hi; } emu_m512d;
+
+#define AVX2EMU __attribute__((target("avx2,fma,f16c"))) static inline
+AVX2EMU emu_m512i emu_i(__m256i lo, __m256i hi) { emu_m512i r = {lo, hi}; return r; }
+AVX2EMU emu_m512 emu_f(__m256 lo, __m256 hi) { emu_m512 r = {lo, hi}; return r; }
+AVX2EMU emu_m512d emu_d(__m256d lo, __m256d hi) { emu_m512d r = {lo, hi}; return r; }
+
+#define EMU_BIN_I(name, avx2)                                                                    \
+    AVX2EMU emu_m512i emu_##name(emu_m512i a, emu_m512i b) { return emu_i(avx2(a.lo, b.lo), avx2(a.hi, b.hi)); }
+EMU_BIN_I(and_si512, _mm256_and_si256)
+EMU_BIN_I(xor_si512, _mm256_xor_si256)
+EMU_BIN_I(sub_epi8, _mm256_sub_epi8)
+EMU_BIN_I(sub_epi32, _mm256_sub_epi32)
+EMU_BIN_I(srlv_epi64, _mm256_srlv_epi64)
+EMU_BIN_I(shuffle_epi8, _mm256_shuffle_epi8) /* both: per 128-bit lane */
+EMU_BIN_I(maddubs_epi16, _mm256_maddubs_epi16)
+#undef EMU_BIN_I
+
+AVX2EMU emu_m512i emu_broadcast_i32x4(__m128i v) { const __m256i b = _mm256_broadcastsi128_si256(v); return emu_i(b, b); }
+AVX2EMU emu_m512i emu_broadcast_i64x4(__m256i v) { return emu_i(v, v); }
+AVX2EMU emu_m512i emu_castsi256_si512(__m256i v) { return emu_i(v, _mm256_setzero_si256()); }
+AVX2EMU __m256i emu_castsi512_si256(emu_m512i v) { return v.lo; }
+AVX2EMU emu_m512i emu_inserti64x4(emu_m512i v, __m256i h, int imm) { return imm & 1 ? emu_i(v.lo, h) : emu_i(h, v.hi); }
+AVX2EMU __m256i emu_extracti64x4_epi64(emu_m512i v, int imm) { return imm & 1 ? v.hi : v.lo; }
+AVX2EMU emu_m512i emu_setr_epi64(long long e0, long long e1, long long e2, long long e3, long long e4, long long e5,
+                                 long long e6, long long e7) {
+    return emu_i(_mm256_setr_epi64x(e0, e1, e2, e3), _mm256_setr_epi64x(e4, e5, e6, e7));
+}
+AVX2EMU emu_m512i emu_set1_epi8(char c) { return emu_i(_mm256_set1_epi8(c), _mm256_set1_epi8(c)); }
+AVX2EMU emu_m512i emu_setzero_si512(void) { return emu_i(_mm256_setzero_si256(), _mm256_setzero_si256()); }
+AVX2EMU emu_m512i emu_loadu_si512(const void *p) {
+    return emu_i(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)((const char *)p + 32)));
+}
+
+/* VPDPBUSD: dword i += sum_k (unsigned byte a[4i+k]) * (signed byte b[4i+k]), wrapping; n dwords. */
+static void dpbusd_lanes(int32_t *dst, const uint8_t *a, const int8_t *b, int n) {
+    for (int i = 0; i < n; i++) {
+        int64_t s = dst[i];
+        for (int k = 0; k < 4; k++) s += (int64_t)a[4 * i + k] * b[4 * i + k];
+        const uint32_t u = (uint32_t)(uint64_t)s;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+/* VPDPWSSD: dword i += sum_k (signed word a[2i+k]) * (signed word b[2i+k]), wrapping. */
+static void dpwssd_lanes(int32_t *dst, const int16_t *a, const int16_t *b, int n) {
+    for (int i = 0; i < n; i++) {
+        int64_t s = dst[i];
+        for (int k = 0; k < 2; k++) s += (int64_t)a[2 * i + k] * b[2 * i + k];
+        const uint32_t u = (uint32_t)(uint64_t)s;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+#define EMU_DP(name, lanes, T, A, B, N)                                                          \
+    AVX2EMU T emu_##name(T src, T a, T b) {                                                      \
+        int32_t d[N];                                                                            \
+        A ua[4 * (N)];                                                                           \
+        B ub[4 * (N)];                                                                           \
+        memcpy(d, &src, sizeof d);                                                               \
+        memcpy(ua, &a, sizeof(T));                                                               \
+        memcpy(ub, &b, sizeof(T));                                                               \
+        lanes(d, ua, ub, N);                                                                     \
+        memcpy(&src, d, sizeof d);                                                               \
+        return src;                                                                              \
+    }
+EMU_DP(dpbusd_epi32, dpbusd_lanes, emu_m512i, uint8_t, int8_t, 16)
+EMU_DP(dpwssd_epi32, dpwssd_lanes, emu_m512i, int16_t, int16_t, 16)
+EMU_DP(dpbusd256_epi32, dpbusd_lanes, __m256i, uint8_t, int8_t, 8)
+#undef EMU_DP
+
+AVX2EMU emu_m512 emu_setzero_ps(void) { return emu_f(_mm256_setzero_ps(), _mm256_setzero_ps()); }
+AVX2EMU emu_m512 emu_set1_ps(float v) { return emu_f(_mm256_set1_ps(v), _mm256_set1_ps(v)); }
+AVX2EMU emu_m512 emu_mul_ps(emu_m512 a, emu_m512 b) { return emu_f(_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)); }
+AVX2EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
+    return emu_f(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
+}
+AVX2EMU emu_m512 emu_cvtepi32_ps(emu_m512i v) { return emu_f(_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)); }
+AVX2EMU __m256 emu_castps512_ps256(emu_m512 v) { return v.lo; }
+AVX2EMU emu_m512d emu_castps_pd(emu_m512 v) { return emu_d(_mm256_castps_pd(v.lo), _mm256_castps_pd(v.hi)); }
+AVX2EMU emu_m512 emu_castpd_ps(emu_m512d v) { return emu_f(_mm256_castpd_ps(v.lo), _mm256_castpd_ps(v.hi)); }
+AVX2EMU emu_m512d emu_castpd256_pd512(__m256d v) { return emu_d(v, _mm256_setzero_pd()); }
+AVX2EMU emu_m512d emu_insertf64x4(emu_m512d v, __m256d h, int imm) { return imm & 1 ? emu_d(v.lo, h) : emu_d(h, v.hi); }
+AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.hi : v.lo; }
+
+/* the kernels' names for these */
+#define __m512i emu_m512i
+#define __m512 emu_m512
+#define __m512d emu_m512d
+#undef _mm512_and_si512
+#define _mm512_and_si512 emu_and_si512
+#undef _mm512_xor_si512
+#define _mm512_xor_si512 emu_xor_si512
+#undef _mm512_sub_epi8
+#define _mm512_sub_epi8 emu_sub_epi8
+#undef _mm512_sub_epi32
+#define _mm512_sub_epi32 emu_sub_epi32
+#undef _mm512_srlv_epi64
+#define _mm512_srlv_epi64 emu_srlv_epi64
+#undef _mm512_shuffle_epi8
+#define _mm512_shuffle_epi8 emu_shuffle_epi8
+#undef _mm512_maddubs_epi16
+#define _mm512_maddubs_epi16 emu_maddubs_epi16
+#undef _mm512_broadcast_i32x4
+#define _mm512_broadcast_i32x4 emu_broadcast_i32x4
+#undef _mm512_broadcast_i64x4
+#define _mm512_broadcast_i64x4 emu_broadcast_i64x4
+#undef _mm512_castsi256_si512
+#define _mm512_castsi256_si512 emu_castsi256_si512
+#undef _mm512_castsi512_si256
+#define _mm512_castsi512_si256 emu_castsi512_si256
+#undef _mm512_inserti64x4
+#define _mm512_inserti64x4 emu_inserti64x4
+#undef _mm512_extracti64x4_epi64
+#define _mm512_extracti64x4_epi64 emu_extracti64x4_epi64
+#undef _mm512_setr_epi64
+#define _mm512_setr_epi64 emu_setr_epi64
+#undef _mm512_set1_epi8
+#define _mm512_set1_epi8 emu_set1_epi8
+#undef _mm512_setzero_si512
+#define _mm512_setzero_si512 emu_setzero_si512
+#undef _mm512_loadu_si512
+#define _mm512_loadu_si512 emu_loadu_si512
+#undef _mm512_dpbusd_epi32
+#define _mm512_dpbusd_epi32 emu_dpbusd_epi32
+#undef _mm512_dpwssd_epi32
+#define _mm512_dpwssd_epi32 emu_dpwssd_epi32
+#undef _mm256_dpbusd_epi32
+#define _mm256_dpbusd_epi32 emu_dpbusd256_epi32
+#undef _mm512_setzero_ps
+#define _mm512_setzero_ps emu_setzero_ps
+#undef _mm512_set1_ps
+#define _mm512_set1_ps emu_set1_ps
+#undef _mm512_mul_ps
+#define _mm512_mul_ps emu_mul_ps
+#undef _mm512_fmadd_ps
+#define _mm512_fmadd_ps emu_fmadd_ps
+#undef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps emu_cvtepi32_ps
+#undef _mm512_castps512_ps256
+#define _mm512_castps512_ps256 emu_castps512_ps256
+#undef _mm512_castps_pd
+#define _mm512_castps_pd emu_castps_pd
+#undef _mm512_castpd_ps
+#define _mm512_castpd_ps emu_castpd_ps
+#undef _mm512_castpd256_pd512
+#define _mm512_castpd256_pd512 emu_castpd256_pd512
+#undef _mm512_insertf64x4
+#define _mm512_insertf64x4 emu_insertf64x4
+#undef _mm512_extractf64x4_pd
+#define _mm512_extractf64x4_pd emu_extractf64x4_pd
+
+/* the kernels under other names, beside the real ones in the library */
+#define kiln_dot_q8_0_vnni emu_dot_q8_0_vnni
+#define kiln_dot_q4_0_vnni emu_dot_q4_0_vnni
+#define kiln_dot_q4_K_vnni emu_dot_q4_K_vnni
+#define cpu_gemm_q8_0_avx512 emu_gemm_q8_0_avx512
+#define cpu_gemm_q4_0_avx512 emu_gemm_q4_0_avx512
+#define cpu_gemm_q4_K_avx512 emu_gemm_q4_K_avx512
+
+/* this file is compiled for AVX2 (its name): so are the kernels included here */
+#include "formats/dot_avx512.c"
+#include "backend/cpu/cpu_gemm_avx512.c"
+
+#include "avx512_kernels.h"
+
+const avx512_kernels avx512_emulated = {emu_dot_q8_0_vnni, emu_dot_q4_0_vnni, emu_dot_q4_K_vnni,
+                                        emu_gemm_q8_0_avx512, emu_gemm_q4_0_avx512, emu_gemm_q4_K_avx512};

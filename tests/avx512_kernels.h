@@ -1,0 +1,22 @@
+/*
+ * avx512_kernels.h — the AVX-512 VNNI kernels as a table, so one test checks either the real ones (on a CPU
+ * with AVX-512 F/BW/VL/VNNI) or the same source compiled over an AVX2 emulation of the AVX-512 intrinsics
+ * (avx512_emu_avx2.c: the kernels' logic checked on any AVX2 machine).
+ */
+#ifndef KILN_TESTS_AVX512_KERNELS_H
+#define KILN_TESTS_AVX512_KERNELS_H
+
+#include "backend/cpu/cpu_gemm.h"
+#include "formats/formats.h"
+
+typedef struct avx512_kernels {
+    kiln_vec_dot_fn dot_q8_0, dot_q4_0, dot_q4_K;
+    cpu_gemm_fn gemm_q8_0, gemm_q4_0, gemm_q4_K;
+} avx512_kernels;
+
+#if KILN_X86
+/* dot_avx512.c and cpu_gemm_avx512.c compiled over the emulation (call only when kiln_cpu_has_avx2()). */
+extern const avx512_kernels avx512_emulated;
+#endif
+
+#endif
