@@ -18,7 +18,8 @@
  * sum only by its rounding (~1e-16 per term). The chosen id therefore equals kiln_sample's except where a
  * cut or the draw lies within that rounding (or CUDA's expf's 2 ulp) of a boundary.
  *
- * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent): pass 0
+ * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent; slices of at
+ * least 4096 logits, fewer per row when many rows would exceed ~2 blocks per SM): pass 0
  * applies the penalties of each slice and finds its maximum; every later pass is one of SUM (the slices'
  * softmax normalizers), HIST (the slices' histograms added into the row's) or GATHER (the slices' members of
  * the crossing bin appended to the row's list), as the row's record says. The last block of a row to finish a
@@ -518,8 +519,10 @@ __device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, i
 /* ---- the passes: G blocks per row over slices of the vocabulary, the last block of each pass to finish
  * reads what they left in the row's record and runs the chain's next step */
 
-constexpr int SLICE = 4096; /* logits per block of a pass (at most GMAX blocks per row) */
+constexpr int SLICE = 4096; /* logits per block of a pass at least (at most GMAX blocks per row) */
 constexpr int GMAX = 64;
+constexpr int GRID_BLOCKS = 256; /* blocks of a pass at most (~2 per SM) unless the rows alone are more: many
+                                  * rows take fewer, larger slices each rather than waves of small blocks */
 constexpr int NPASS = CK_SAMPLE_PASSES;
 
 /* OP_IDLE: a pass that reads nothing (pass 0's fallback runs in pass 1: pass 0's blocks wrote the penalties, which
@@ -559,8 +562,11 @@ struct row_t {
 constexpr size_t ROW_BYTES = (sizeof(row_t) + 255) / 256 * 256;
 static_assert(sizeof(u64) * 2 * GCAP == sizeof(double) * NBIN, "a block's terms per bin alias its gathered keys");
 
-__host__ __device__ __forceinline__ int n_slices(int V) {
-    const int g = (V + SLICE - 1) / SLICE;
+/* Blocks per row of a pass over n_rows rows of V logits. */
+static int n_slices(int V, int n_rows) {
+    int g = (V + SLICE - 1) / SLICE;
+    const int cap = GRID_BLOCKS / n_rows;
+    g = g < cap ? g : cap;
     return g < 1 ? 1 : g > GMAX ? GMAX : g;
 }
 __host__ __device__ __forceinline__ size_t row_bytes(int V) { return ROW_BYTES + ((size_t)V * 4 + 255) / 256 * 256; }
@@ -913,7 +919,7 @@ size_t ck_sample_path_offset(void) { return offsetof(row_t, one_block); }
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
                void *scratch, cudaStream_t stream) {
     if (n_rows <= 0) return;
-    const dim3 grid(n_slices(n_vocab), n_rows);
+    const dim3 grid(n_slices(n_vocab, n_rows), n_rows);
     for (int p = 0; p < NPASS; p++) /* the first pass an ordinary launch: it starts after the kernel before it */
         launch(k_sample, grid, dim3(ST), 0, stream, p > 0, specs, logits, n_vocab, stride, ids, (unsigned char *)scratch, p);
 }
