@@ -18,22 +18,35 @@
 
 #ifdef KILN_HAVE_CUDA
 
-/* rows specs drawn in order from s (its window as it is), each row a copy of x; the device's ids into ids. */
+/* rows specs drawn in order from s (its window as it is), each row a copy of x; the device's ids into ids (and
+ * into one_block, unless NULL, which rows the whole chain on one block drew). */
 static bool device_draws(kiln_sampler *s, const float *x, int n, int rows, kiln_sample_spec *specs, float *lg,
-                         int32_t *ids) {
+                         int32_t *ids, int32_t *one_block) {
     for (int r = 0; r < rows; r++) {
         uint64_t before;
         if (!kiln_sampler_spec(s, &specs[r], &before)) return false;
         memcpy(lg + (size_t)r * n, x, sizeof(float) * (size_t)n);
         ids[r] = -1;
     }
-    const kiln_status st = kiln_cuda_test_sample(specs, rows, lg, n, ids);
+    const kiln_status st = kiln_cuda_test_sample(specs, rows, lg, n, ids, one_block);
     CHECKF(st == KILN_OK, "device sampler: %s", kiln_last_error());
     return st == KILN_OK;
 }
 
+/* The mixes whose rows the multi-block passes resolve on their own on logits without crowds of equal values
+ * (normal, spiked, masked): the defaults, top-k off with top-p (and min-p), temperature alone. */
+static bool passes_resolve(const char *mix) {
+    static const char *const m[] = {"defaults", "t1 top-p 0.9 k off", "t0.7 only", "t3 only", "min-p 0.1 t1.2",
+                                    "top-p 0.9 min-p 0.05", "penalties top-p 0.9", "penalties defaults"};
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        if (!strcmp(mix, m[i])) return true;
+    return false;
+}
+
 /* Every mix on logits of every shape: the device's id equals the reference chain's given the same spec
- * (the same u), but for draws within rounding of a boundary (a few in ten thousand at most). */
+ * (the same u), but for draws within rounding of a boundary (a few in ten thousand at most). On the large
+ * vocabularies the passes (not the one-block chain) draw every row of the common mixes on logits without
+ * crowds of ties, and the one-block chain draws some of the tied ones (both paths are exercised). */
 TEST(cuda_sample_same_ids_as_reference_given_u) {
     if (!test_gpu_ready()) return;
     static const int sizes[] = {1, 7, 1000, 5000, 49152, 128256};
@@ -41,10 +54,10 @@ TEST(cuda_sample_same_ids_as_reference_given_u) {
     float *x = malloc(sizeof(float) * 128256);
     float *lg = malloc(sizeof(float) * 128256 * 8); /* 8 rows of the largest, 64 of 5000 */
     kiln_sample_spec *specs = malloc(sizeof *specs * max_rows);
-    int32_t ids[64];
+    int32_t ids[64], one_block[64];
     uint64_t rng = 2024;
     sample_mix m[16];
-    long total = 0, diffs = 0;
+    long total = 0, diffs = 0, n_one = 0, n_one_common = 0, n_one_ties = 0;
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         const int n = sizes[si], big = n > 5000, rows = big ? 8 : 64, nm = sample_case_mixes(m, n);
         for (int shape = 0; shape < (big ? 4 : 5); shape++)
@@ -59,9 +72,12 @@ TEST(cuda_sample_same_ids_as_reference_given_u) {
                     for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
                     for (int i = 0; i < 12; i++)
                         kiln_sampler_accept(s, i % 3 == 0 ? best : (int32_t)(test_rand_u64(&rng) % (uint64_t)n));
-                    REQUIRE(device_draws(s, x, n, rows, specs, lg, ids));
+                    REQUIRE(device_draws(s, x, n, rows, specs, lg, ids, one_block));
                     int d = 0;
                     for (int k = 0; k < rows; k++) {
+                        n_one += one_block[k];
+                        if (big && shape != 1 && passes_resolve(m[mi].name)) n_one_common += one_block[k];
+                        if (big && shape == 1) n_one_ties += one_block[k];
                         const int32_t want = ref_sample_given(r, x, specs[k].pen_id, specs[k].pen_count, specs[k].n_pen,
                                                               specs[k].u);
                         d += ids[k] != want;
@@ -75,8 +91,11 @@ TEST(cuda_sample_same_ids_as_reference_given_u) {
                 }
             }
     }
-    printf("    %ld device samples compared, %ld differ\n", total, diffs);
+    printf("    %ld device samples compared, %ld differ; %ld drawn by the one-block chain (%ld of the common mixes, "
+           "%ld tied)\n", total, diffs, n_one, n_one_common, n_one_ties);
     CHECKF(diffs * 2000 <= total, "%ld of %ld device ids differ from the reference's", diffs, total);
+    CHECKF(n_one_common == 0, "%ld rows of the common mixes fell back to the one-block chain", n_one_common);
+    CHECKF(n_one_ties > 0, "no tied row reached the one-block chain: it went untested");
     free(x), free(lg), free(specs);
 }
 
@@ -98,7 +117,7 @@ static void device_distribution(const char *name, const kiln_sampler_params *p, 
     int outside = 0;
     for (int done = 0; done < draws; done += batch) {
         const int b = draws - done < batch ? draws - done : batch;
-        REQUIRE(device_draws(s, x, n, b, specs, lg, ids));
+        REQUIRE(device_draws(s, x, n, b, specs, lg, ids, NULL));
         for (int k = 0; k < b; k++) {
             if (ids[k] < 0 || ids[k] >= n || prob[ids[k]] == 0.0) outside++;
             else count[ids[k]]++;

@@ -141,10 +141,11 @@ kiln_status kiln_cuda_test_moe_group(const int32_t *ids, int n_rows, int k, int 
 
 /* The device sampler (cuda_sample.cu) on n_rows rows: row r's logits (n_vocab floats at logits + r * n_vocab;
  * the penalties are applied to a device copy) sampled with specs[r] (sample_spec.h); ids[r] gets the id, or
- * stays as it was for a spec of mode KILN_SPEC_NONE. */
+ * stays as it was for a spec of mode KILN_SPEC_NONE. one_block (NULL: not wanted): per row, 1 when the row's
+ * id came from the whole chain on one block (what the multi-block passes leave), else 0. */
 struct kiln_sample_spec;
 kiln_status kiln_cuda_test_sample(const struct kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
-                                  int32_t *ids);
+                                  int32_t *ids, int32_t *one_block);
 
 #endif /* KILN_HAVE_CUDA */
 

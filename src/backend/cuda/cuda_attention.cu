@@ -1,7 +1,8 @@
 /*
  * cuda_attention.cu — attention over the F16 KV cache (see attn_args in cuda_kernels.cuh):
  *   k_attn_decode<MG, VEC>  decode: rows of one step, each its own sequence and length; block
- *                  (split, kvh, row) over one chunk of the row's keys, 16-byte K/V loads by groups of
+ *                  (split, kvh, row) over one chunk of the row's keys (at least AD_MIN_CHUNK: the number
+ *                  of splits at work follows the context at run time), 16-byte K/V loads by groups of
  *                  head_dim / 8 lanes (one key per group), scores in shared memory, online softmax over
  *                  sub-chunks; the last block of (row, kvh) combines the partials with all its threads
  *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
@@ -15,6 +16,16 @@
 #define AD_THREADS 256
 #define AD_WARPS (AD_THREADS / 32)
 #define AD_SUB 128 /* keys whose scores are in shared memory at once */
+#define AD_MIN_CHUNK 128 /* keys of a split at least: up to 128 keys one block, no partials, no combine */
+
+/* Keys per split of a row of n_keys keys (at run time, from the position in device memory): n_keys over the
+ * n_split splits of the grid, at least AD_MIN_CHUNK, a multiple of the kps keys a pass of the block covers.
+ * Splits past ceil(n_keys / chunk) are idle: a short context pays for neither their work nor their combine. */
+static __device__ __forceinline__ int ad_chunk(int n_keys, int n_split, int kps) {
+    int chunk = (n_keys + n_split - 1) / n_split;
+    chunk = chunk > AD_MIN_CHUNK ? chunk : AD_MIN_CHUNK;
+    return (chunk + kps - 1) / kps * kps;
+}
 
 /* ------------------------------------------------------------------ decode */
 
@@ -94,19 +105,18 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     int L = 1; /* lanes per key: head_dim / 8 rounded up to a power of two */
     while (8 * L < hd) L <<= 1;
     const int li = lane & (L - 1), kps = AD_THREADS / L, kq = tid / L;
+    /* the row's position and sequence: independent loads, both in flight at once */
     const int pos = __ldcg(a.row_pos + r);
+    const long long seq = __ldcg(a.row_seq + r);
     if (pos < 0) { /* a padding row: zeros, nothing read */
         if (split == 0)
             for (int i = tid; i < G * hd; i += AD_THREADS) attn_put(a, r, kvh * G * hd + i, 0.0f);
         return;
     }
-    const long long seq = __ldcg(a.row_seq + r);
-    const int n_keys = pos + 1;
-    int chunk = (n_keys + a.n_split - 1) / a.n_split;
-    chunk = (chunk + kps - 1) / kps * kps;
+    const int n_keys = pos + 1, chunk = ad_chunk(n_keys, a.n_split, kps);
     const int n_active = (n_keys + chunk - 1) / chunk;
     const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
-    if (k0 >= k1) return; /* an idle split */
+    if (k0 >= k1) return; /* an idle split (every split past the context's n_active) */
     const __half *kbase = a.k_cache + seq * a.seq_stride + kvh * hd;
     const __half *vbase = a.v_cache + seq * a.seq_stride + kvh * hd;
 
@@ -124,7 +134,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     for (int kb = k0; kb < k1; kb += AD_SUB) {
         const int n = min(AD_SUB, k1 - kb);
         /* scores: a group of L lanes per key, the group's partial dot products added by shuffles */
-#pragma unroll 2
+#pragma unroll 4
         for (int st = 0; st * kps < n; st++) {
             const int kk = st * kps + kq;
             const bool ok = kk < n;
@@ -171,7 +181,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[g][e] *= al;
         }
-#pragma unroll 2
+#pragma unroll 4
         for (int st = 0; st * kps < n; st++) {
             const int kk = st * kps + kq;
             if (kk >= n) break;
@@ -372,7 +382,7 @@ const char *ck_attn_kernel_name(int i) { return attn_table[i].name; }
 int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm) {
     int s = (2 * n_sm + n_rows * n_head_kv - 1) / (n_rows * n_head_kv);
     if (s > 32) s = 32; /* the combine reads every split's partial: more splits cost it more than they save */
-    if (s > (n_ctx + 15) / 16) s = (n_ctx + 15) / 16;
+    if (s > (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK) s = (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK; /* never used */
     return s < 1 ? 1 : s;
 }
 

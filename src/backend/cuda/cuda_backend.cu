@@ -125,7 +125,7 @@ typedef struct cuda_state {
     uint8_t *h_stage[2];
     int *h_rows, *h_ids, *h_argmax;
     kiln_sample_spec *h_spec, *d_spec; /* a spec per output row (pinned, device): mode NONE unless sampled */
-    int *d_sample_scratch;             /* max_rows_out x n_vocab ids: the device sampler's candidates */
+    void *d_sample_scratch;            /* max_rows_out x ck_sample_scratch_bytes: the device sampler's rows */
     float *conv_tmp; /* host floats of one row for conversions (kiln_malloc, open only) */
     int stage_i;
 } cuda_state;
@@ -430,7 +430,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->rows = (int *)carve(base, off, 3 * M * 4);
     s->ids = (int *)carve(base, off, (B + NO) * 4);
     s->d_spec = (kiln_sample_spec *)carve(base, off, NO * sizeof(kiln_sample_spec));
-    s->d_sample_scratch = (int *)carve(base, off, NO * s->V * 4);
+    s->d_sample_scratch = carve(base, off, NO * ck_sample_scratch_bytes(s->V));
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
     s->gwork = (float *)carve(base, off, gemm_work_floats(s) * 4);
 }

@@ -89,9 +89,10 @@ struct mv_args {
  * per (KV head, token), the normalised output as half to out (out_stride).
  * Decode (ck_attn_decode): one query row per row r of the step (row_seq[r], row_pos[r] in device memory;
  * a row with pos < 0 is padding: its output is zeros and it reads no cache). Each row's n_keys = pos + 1
- * keys are cut into n_split equal chunks at run time (the grid is fixed, the graph captured once); block
- * (split, kvh, r) attends over its chunk, writes a partial, and the last block of (r, kvh) to finish combines
- * the partials with all its threads. Output: out (half, out_stride per row) when set, else out_f (float,
+ * keys are cut at run time into equal chunks of at least 128 keys over at most n_split splits (the grid is
+ * fixed, the graph captured once; splits past the row's last chunk leave at once, and a row of one chunk
+ * writes its output directly); block (split, kvh, r) attends over its chunk, writes a partial, and the last
+ * block of (r, kvh) to finish combines the used splits' partials with all its threads. Output: out (half, out_stride per row) when set, else out_f (float,
  * n_head * head_dim per row). */
 struct attn_args {
     const float *q;             /* (rows, q_stride) */
@@ -111,8 +112,8 @@ struct attn_args {
 };
 #define CK_ATT_MAX_SPLIT 128
 
-/* Splits of a decode attention over n_rows rows: enough blocks for two per SM, at most 32 and no more than
- * n_ctx / 16. */
+/* Splits of a decode attention over n_rows rows (the grid): enough blocks for two per SM, at most 32 and no
+ * more than a context of n_ctx keys can use (chunks of at least 128 keys). */
 int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */

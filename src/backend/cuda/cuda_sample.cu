@@ -1,6 +1,6 @@
 /*
- * cuda_sample.cu — kiln_sample's math on the device, one block of 1024 threads per row, without sorting or
- * copying the vocabulary.
+ * cuda_sample.cu — kiln_sample's math on the device, without sorting or copying the vocabulary, by passes of
+ * many blocks per row over slices of the vocabulary (one SM per slice, not one SM for the row).
  *
  * The order of the candidates is the CPU sampler's: logit descending, then id ascending, i.e. the 64-bit key
  * K = (order-preserving bits of the logit) << 32 | (2^32 - 1 - id) descending; every cut of the chain is a
@@ -9,23 +9,35 @@
  * top-p; the draw: the first where it passes u) are one primitive, select: the first candidate of the set at
  * which the cumulative weight crosses a target, found without sorting by
  *   1. a histogram of the set's weights over 2048 bins linear in the logit between the set's lowest and
- *      highest logit (a pass over the logits, which sit in L2 after the logits matvec), a block scan of the
- *      bins, the bin where the target is crossed;
- *   2. if that bin holds at most GCAP candidates: gathering them into shared memory, ranking them by K and a
- *      scan of their weights in that order — the exact crossing; else 2048-way splits of the bin's K range
- *      (integer bins, exact edges) until a bin is small enough (many equal logits; each split divides the
- *      range by 2048, so it ends).
+ *      highest logit, a scan of the bins, the bin where the target is crossed;
+ *   2. gathering that bin's candidates (at most GCAP), ranking them by K and a scan of their weights in that
+ *      order — the exact crossing.
  * Weights are each candidate's probability exactly as the CPU computes it (the same float expf argument, the
  * float rounding of e / z), accumulated as 62-bit fixed point: integer sums are exact in any order, so the
  * histogram, the bin and the gathered candidates agree, and a cumulative sum differs from the CPU's double
  * sum only by its rounding (~1e-16 per term). The chosen id therefore equals kiln_sample's except where a
- * cut or the draw lies within that rounding (or CUDA's expf's 2 ulp) of a boundary. A set of at most GCAP
- * candidates (top-k, or what top-p keeps of a peaked distribution) is kept sorted in shared memory and the
- * rest of the chain runs there.
+ * cut or the draw lies within that rounding (or CUDA's expf's 2 ulp) of a boundary.
+ *
+ * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent; slices of at
+ * least 4096 logits, fewer per row when many rows would exceed ~2 blocks per SM): pass 0
+ * applies the penalties of each slice and finds its maximum; every later pass is one of SUM (the slices'
+ * softmax normalizers), HIST (the slices' histograms added into the row's) or GATHER (the slices' members of
+ * the crossing bin appended to the row's list), as the row's record says. The last block of a row to finish a
+ * pass (an atomic count) reads the record and runs the chain's next step with 1024 threads: it resolves the
+ * bin or the crossing and sets the next pass. Top-k (k <= GCAP): its count histogram, the gather of every
+ * candidate up to the crossing bin, then the rest of the chain on those k in shared memory. Top-k off: the
+ * normalizers, top-p's histogram (after min-p's cut, a key), its bin, the cut; the draw's histogram over what
+ * is kept (its normalizer from the bins' sums of terms above the cut), its bin, the id. What the passes do not
+ * resolve (top-k > GCAP, a crossing bin of more than GCAP equal logits, u beyond the rounded total) runs the
+ * whole chain on one block (chain_block: the same select, splitting a crowded bin 2048 ways by K), as does
+ * a row that would need more passes than there are.
  */
 #include "backend/cuda/cuda_sample.cuh"
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_device.cuh"
 
 #include <math.h>
+#include <stddef.h>
 
 typedef unsigned long long u64;
 
@@ -47,6 +59,7 @@ struct smem_t {
     double redd[32];
     float redf[32];
     int n_gather;
+    int is_last;       /* this block is the last of its pass to finish */
     int chosen;        /* bin or candidate index of a crossing, -1 none */
     u64 c_w, c_before, c_cnt_before;
 };
@@ -412,29 +425,34 @@ __device__ int narrow(const float *lg, cset &S, float mx, int *scratch, u64 memb
     return S.cnt <= GCAP ? materialize(lg, S, mx, sm) : -1;
 }
 
-/* ---- the kernel */
+/* ---- the chain on one block (the whole row by one block: the fallback of the passes below) */
 
-__device__ void apply_penalties(const kiln_sample_spec *sp, float *lg, int V) {
-    for (int i = threadIdx.x; i < sp->n_pen; i += ST) {
-        const int id = sp->pen_id[i], count = sp->pen_count[i];
-        if (id < 0 || id >= V) continue;
-        float l = lg[id];
-        l = l <= 0.0f ? __fmul_rn(l, sp->repeat) : __fdiv_rn(l, sp->repeat);
-        l = __fsub_rn(l, __fadd_rn(__fmul_rn((float)count, sp->frequency), __fmul_rn((float)(count > 0), sp->presence)));
-        lg[id] = l;
-    }
-    __syncthreads();
+/* The draw over the sorted candidates sm.sk[0..n): softmax at the temperature, the first candidate where the
+ * cumulative passes u (or, with u beyond the rounded total, the last one with weight). */
+__device__ int draw_sorted(const kiln_sample_spec *sp, int n, float mx, u64 kmax, smem_t &sm) {
+    const float temp = sp->temperature;
+    const wfn W = {false, temp, 1.0 / sorted_exp_sum(n, mx, temp, sm)};
+    sel_out r = cross_sorted(n, W, mx, 0, 0, (u64)(sp->u * FP_ONE), true, sm);
+    if (!r.found && r.total > 0) r = cross_sorted(n, W, mx, 0, 0, r.total, false, sm);
+    return r.found ? key_id(r.k) : key_id(kmax);
 }
 
-__global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, float *logits, int V, size_t stride,
-                                               int *ids, int *scratch) {
-    __shared__ smem_t sm;
-    const kiln_sample_spec *sp = &specs[blockIdx.x];
-    if (sp->mode != KILN_SPEC_SAMPLE) return;
-    float *lg = logits + (size_t)blockIdx.x * stride;
-    int *scr = scratch + (size_t)blockIdx.x * V;
-    apply_penalties(sp, lg, V);
+/* The chain after top-k on its n candidates held sorted in sm.sk: top-p and min-p over their softmax, then
+ * the draw. */
+__device__ int tail_sorted(const kiln_sample_spec *sp, int n, float mx, u64 kmax, smem_t &sm) {
+    const double zinv = 1.0 / sorted_exp_sum(n, mx, 1.0f, sm);
+    if (sp->min_p > 0.0f) n = sorted_at_least(n, min_p_key(mx, zinv, __fmul_rn((float)zinv, sp->min_p), sm), sm);
+    if (sp->top_p < 1.0f) {
+        const wfn W = {false, 1.0f, zinv};
+        const sel_out r = cross_sorted(n, W, mx, 0, 0, (u64)((double)sp->top_p * FP_ONE), false, sm);
+        if (r.found) n = (int)r.n_incl;
+    }
+    return draw_sorted(sp, n, mx, kmax, sm);
+}
 
+/* The whole chain over the row's V logits (penalties already applied) by one block; returns the id (in every
+ * thread). scratch: V ints. */
+__device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, int *scratch, smem_t &sm) {
     /* the maximum (its key: the lowest id on ties) and the lowest finite logit */
     u64 kmax = 0;
     float fmin = INFINITY;
@@ -447,10 +465,7 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
     kmax = block_max_u64(kmax, sm);
     fmin = block_min_f(fmin, sm);
     const float mx = key_value(kmax), temp = sp->temperature;
-    if (!(temp > 0.0f) || !(mx > -INFINITY)) { /* greedy (or nothing but -inf / NaN) */
-        if (threadIdx.x == 0) ids[blockIdx.x] = key_id(kmax);
-        return;
-    }
+    if (!(temp > 0.0f) || !(mx > -INFINITY)) return key_id(kmax); /* greedy (or nothing but -inf / NaN) */
     cset S = {0ull, fmin < mx ? fmin : mx, nullptr, V};
     int n = -1; /* >= 0: S is sm.sk[0..n), sorted */
     const bool top_k = sp->top_k > 0 && sp->top_k < V, top_p = sp->top_p < 1.0f, min_p = sp->min_p > 0.0f;
@@ -458,22 +473,21 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
         const wfn W = {true, 1.0f, 1.0};
         const sel_out r = select_global(lg, S, W, mx, (u64)sp->top_k, false, sm);
         if (r.found) S.kmin = r.k, S.vmin = key_value(r.k);
-        n = narrow(lg, S, mx, scr, (u64)sp->top_k, sm);
+        n = narrow(lg, S, mx, scratch, (u64)sp->top_k, sm);
+        if (n >= 0) return tail_sorted(sp, n, mx, kmax, sm);
     }
     if (top_k || top_p || min_p) {
         /* the normalizer of top-p / min-p: over the top-k candidates, else over everything (1 without top-p) */
         double zn = 1.0;
-        if (top_k) zn = n >= 0 ? sorted_exp_sum(n, mx, 1.0f, sm) : set_exp_sum(lg, S, mx, 1.0f, sm);
-        else if (top_p) zn = set_exp_sum(lg, S, mx, 1.0f, sm);
+        if (top_k || top_p) zn = set_exp_sum(lg, S, mx, 1.0f, sm);
         const double zinv = 1.0 / zn;
         /* min-p first (its cut is a key; top-p's walk over what it keeps ends where the CPU's min(top-p, min-p)
          * does), so that top-p reads only the candidates min-p keeps */
         if (min_p) {
             const u64 kb = min_p_key(mx, zinv, __fmul_rn((float)zinv, sp->min_p), sm); /* the top p times min-p */
-            if (n >= 0) n = sorted_at_least(n, kb, sm);
-            else if (kb > S.kmin) {
+            if (kb > S.kmin) {
                 S.kmin = kb, S.vmin = key_value(kb);
-                n = narrow(lg, S, mx, scr, ~0ull, sm);
+                n = narrow(lg, S, mx, scratch, ~0ull, sm);
             }
         }
         if (top_p) {
@@ -486,26 +500,426 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
                 const sel_out r = select_global(lg, S, W, mx, target, false, sm);
                 if (r.found) {
                     S.kmin = r.k, S.vmin = key_value(r.k);
-                    n = narrow(lg, S, mx, scr, r.n_incl, sm);
+                    n = narrow(lg, S, mx, scratch, r.n_incl, sm);
                 }
             }
         }
     }
+    if (n >= 0) return draw_sorted(sp, n, mx, kmax, sm);
     /* the draw: softmax at the temperature over the set, the first candidate where the cumulative passes u */
-    const double z = n >= 0 ? sorted_exp_sum(n, mx, temp, sm) : set_exp_sum(lg, S, mx, temp, sm);
+    const double z = set_exp_sum(lg, S, mx, temp, sm);
     const wfn W = {false, temp, 1.0 / z};
     const u64 target = (u64)(sp->u * FP_ONE);
-    sel_out r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, target, true, sm) : select_global(lg, S, W, mx, target, true, sm);
+    sel_out r = select_global(lg, S, W, mx, target, true, sm);
     if (!r.found && r.total > 0) /* u beyond the rounded total: the last candidate with weight, as the walk ends */
-        r = n >= 0 ? cross_sorted(n, W, mx, 0, 0, r.total, false, sm) : select_global(lg, S, W, mx, r.total, false, sm);
-    if (threadIdx.x == 0) ids[blockIdx.x] = r.found ? key_id(r.k) : key_id(kmax);
+        r = select_global(lg, S, W, mx, r.total, false, sm);
+    return r.found ? key_id(r.k) : key_id(kmax);
+}
+
+/* ---- the passes: G blocks per row over slices of the vocabulary, the last block of each pass to finish
+ * reads what they left in the row's record and runs the chain's next step */
+
+constexpr int SLICE = 4096; /* logits per block of a pass at least (at most GMAX blocks per row) */
+constexpr int GMAX = 64;
+constexpr int GRID_BLOCKS = 256; /* blocks of a pass at most (~2 per SM) unless the rows alone are more: many
+                                  * rows take fewer, larger slices each rather than waves of small blocks */
+constexpr int NPASS = CK_SAMPLE_PASSES;
+
+/* OP_IDLE: a pass that reads nothing (pass 0's fallback runs in pass 1: pass 0's blocks wrote the penalties, which
+ * the last block's L1 may hold stale lines of; a new kernel reads them fresh) */
+enum { OP_NONE, OP_SUM, OP_HIST, OP_GATHER, OP_IDLE };
+enum { PH_PLAN, PH_SUMS, PH_TOPK_BIN, PH_TOPK_SET, PH_TOPP_BIN, PH_TOPP_CUT, PH_DRAW_BIN, PH_DRAW_PICK, PH_FALLBACK };
+enum { ST_DONE, ST_ISSUED, ST_FALLBACK }; /* what a step did */
+
+struct part_t {    /* one block's partial of pass 0 (max) or a SUM */
+    u64 kmax;
+    double s1, st; /* sums of (double)expf(l - mx) and (double)expf((l - mx) / temp) */
+    float fmin;
+    int pad;
+};
+
+/* A row's record in device memory (zero before the first pass of a session; every pass leaves its counter at
+ * zero): the next pass and its parameters, the chain's values carried between steps, the blocks' partials, the
+ * histogram that a HIST pass fills and the keys that a GATHER pass appends. */
+struct row_t {
+    unsigned counter;      /* blocks of the current pass that finished */
+    int op, phase;         /* the next pass (OP_*) and the step after it (PH_*) */
+    int n_gather, expect;  /* keys a GATHER appended / the count its bin(s) hold */
+    int gbin, gprefix;     /* GATHER: the members of value bin gbin (gprefix: of bins 0..gbin) */
+    int wcount, strict;
+    int one_block;         /* the call's id came from chain_block (ck_sample_path_offset) */
+    float mx, vmin, scale; /* bins linear in the logit over [vmin, mx] */
+    float wtemp, etemp;    /* HIST: weight at wtemp (or 1: wcount); etemp > 0: the bins' sums of its terms too */
+    u64 kmax, kmin;        /* the maximum's key; the set is K >= kmin */
+    u64 target, before, cnt_before;
+    double wzinv, ebefore;
+    part_t part[GMAX];
+    u64 hw[NBIN];          /* HIST: weight, terms at etemp, candidates per bin */
+    double he[NBIN];
+    unsigned hc[NBIN];
+    u64 gk[GCAP];          /* GATHER: keys (at most GCAP kept) */
+};
+constexpr size_t ROW_BYTES = (sizeof(row_t) + 255) / 256 * 256;
+static_assert(sizeof(u64) * 2 * GCAP == sizeof(double) * NBIN, "a block's terms per bin alias its gathered keys");
+
+/* Blocks per row of a pass over n_rows rows of V logits. */
+static int n_slices(int V, int n_rows) {
+    int g = (V + SLICE - 1) / SLICE;
+    const int cap = GRID_BLOCKS / n_rows;
+    g = g < cap ? g : cap;
+    return g < 1 ? 1 : g > GMAX ? GMAX : g;
+}
+__host__ __device__ __forceinline__ size_t row_bytes(int V) { return ROW_BYTES + ((size_t)V * 4 + 255) / 256 * 256; }
+
+/* The value bin of logit l (the same rounding in every pass). */
+__device__ __forceinline__ int vbin(float mx, float l, float scale) {
+    const float t = __fmul_rn(__fsub_rn(mx, l), scale);
+    return t < (float)NBIN ? (int)t : NBIN - 1;
+}
+
+/* pass 0: the slice's penalties, then its maximum key and lowest finite logit */
+__device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    for (int i = threadIdx.x; i < sp->n_pen; i += ST) {
+        const int id = sp->pen_id[i], count = sp->pen_count[i];
+        if (id < lo || id >= hi) continue; /* another block's (or outside the vocabulary) */
+        float l = lg[id];
+        l = l <= 0.0f ? __fmul_rn(l, sp->repeat) : __fdiv_rn(l, sp->repeat);
+        l = __fsub_rn(l, __fadd_rn(__fmul_rn((float)count, sp->frequency), __fmul_rn((float)(count > 0), sp->presence)));
+        lg[id] = l;
+    }
+    __syncthreads();
+    u64 kmax = 0;
+    float fmin = INFINITY;
+    for (int i = lo + threadIdx.x; i < hi; i += ST) {
+        const float l = clean(lg[i]);
+        const u64 k = order_key(l, i);
+        kmax = k > kmax ? k : kmax;
+        if (l > -INFINITY) fmin = fminf(fmin, l);
+    }
+    kmax = block_max_u64(kmax, sm);
+    fmin = block_min_f(fmin, sm);
+    if (threadIdx.x == 0) R->part[blockIdx.x].kmax = kmax, R->part[blockIdx.x].fmin = fmin;
+}
+
+/* SUM: the slice's sums of the set's terms at temperature 1 and at the sampler's */
+__device__ void pass_sum(const kiln_sample_spec *sp, const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    const float mx = R->mx, temp = sp->temperature;
+    const u64 kmin = R->kmin;
+    double a1 = 0.0, at = 0.0;
+    for (int i = lo + threadIdx.x; i < hi; i += ST) {
+        const float l = clean(lg[i]);
+        if (order_key(l, i) < kmin) continue;
+        a1 += (double)term(l, mx, 1.0f);
+        at += (double)term(l, mx, temp);
+    }
+    a1 = block_sum_d(a1, sm);
+    at = block_sum_d(at, sm);
+    if (threadIdx.x == 0) R->part[blockIdx.x].s1 = a1, R->part[blockIdx.x].st = at;
+}
+
+/* HIST: the slice's histogram in shared memory, then added to the row's */
+__device__ void pass_hist(const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    const float mx = R->mx, scale = R->scale, etemp = R->etemp;
+    const u64 kmin = R->kmin;
+    const wfn W = {R->wcount != 0, R->wtemp, R->wzinv};
+    double *he = (double *)sm.gk; /* gk and sk: 2 GCAP keys = NBIN doubles */
+    for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0, he[b] = 0.0;
+    __syncthreads();
+    for (int i = lo + threadIdx.x; i < hi; i += ST) {
+        const float l = clean(lg[i]);
+        if (order_key(l, i) < kmin) continue;
+        const int b = vbin(mx, l, scale);
+        atomicAdd(&sm.hw[b], weight(W, mx, l));
+        atomicAdd(&sm.hc[b], 1u);
+        if (etemp > 0.0f) atomicAdd(&he[b], (double)term(l, mx, etemp));
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < NBIN; b += ST) {
+        if (!sm.hc[b]) continue;
+        atomicAdd(&R->hw[b], sm.hw[b]);
+        atomicAdd(&R->hc[b], sm.hc[b]);
+        if (etemp > 0.0f) atomicAdd(&R->he[b], he[b]);
+    }
+}
+
+/* GATHER: appends the keys of the slice's members of the chosen bin(s) to the row's list */
+__device__ void pass_gather(const float *lg, int lo, int hi, row_t *R) {
+    const float mx = R->mx, scale = R->scale;
+    const u64 kmin = R->kmin;
+    const int gb = R->gbin, prefix = R->gprefix, lane = threadIdx.x & 31;
+    for (int i0 = lo + (int)threadIdx.x - lane; i0 < hi; i0 += ST) {
+        const int i = i0 + lane;
+        bool q = false;
+        u64 k = 0;
+        if (i < hi) {
+            const float l = clean(lg[i]);
+            k = order_key(l, i);
+            if (k >= kmin) {
+                const int b = vbin(mx, l, scale);
+                q = prefix ? b <= gb : b == gb;
+            }
+        }
+        const unsigned m = __ballot_sync(0xffffffffu, q);
+        int base = 0;
+        if (lane == 0 && m) base = atomicAdd(&R->n_gather, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        const int at = base + __popc(m & ((1u << lane) - 1u));
+        if (q && at < GCAP) R->gk[at] = k;
+    }
+}
+
+/* ---- the steps (the last block of a pass, all its threads; R's scalars from earlier steps, the blocks'
+ * results of this pass through L2) */
+
+/* Sets the next pass to HIST over K >= kmin with bins over [vlo, mx], then step `phase` (the row's histogram
+ * zeroed for it). */
+__device__ int issue_hist(row_t *R, int phase, bool count, float wtemp, double wzinv, float etemp, u64 kmin,
+                          float vlo, u64 target, bool strict) {
+    __syncthreads(); /* every thread has read R's old values */
+    for (int b = threadIdx.x; b < NBIN; b += ST) R->hw[b] = 0, R->hc[b] = 0, R->he[b] = 0.0;
+    if (threadIdx.x == 0) {
+        const float mx = R->mx;
+        R->op = OP_HIST, R->phase = phase;
+        R->wcount = count, R->wtemp = wtemp, R->wzinv = wzinv, R->etemp = etemp;
+        R->kmin = kmin, R->vmin = vlo, R->scale = mx > vlo ? (float)NBIN / (mx - vlo) : 0.0f;
+        R->target = target, R->strict = strict;
+    }
+    return ST_ISSUED;
+}
+
+/* Sets the next pass to GATHER the members of bin b (prefix: of bins 0..b), `expect` of them. */
+__device__ int issue_gather(row_t *R, int phase, int b, bool prefix, int expect) {
+    __syncthreads();
+    if (threadIdx.x == 0) R->op = OP_GATHER, R->phase = phase, R->gbin = b, R->gprefix = prefix, R->expect = expect, R->n_gather = 0;
+    return ST_ISSUED;
+}
+
+__device__ int finish(row_t *R, int *out, int id) {
+    __syncthreads();
+    if (threadIdx.x == 0) *out = id, R->op = OP_NONE;
+    return ST_DONE;
+}
+
+/* The row's histogram into sm.hw / sm.hc, then the bin where the cumulative weight crosses R's target. */
+__device__ void hist_cross(const row_t *R, smem_t &sm) {
+    for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = __ldcg(&R->hw[b]), sm.hc[b] = __ldcg(&R->hc[b]);
+    cross_bins(0, 0, R->target, R->strict != 0, sm);
+}
+
+/* The gathered keys, sorted into sm.sk; their number, or -1 when it is not the count expected. */
+__device__ int gathered_sorted(const row_t *R, smem_t &sm) {
+    const int m = __ldcg(&R->n_gather);
+    if (m != R->expect || m > GCAP) return -1;
+    if ((int)threadIdx.x < m) sm.gk[threadIdx.x] = __ldcg(&R->gk[threadIdx.x]);
+    __syncthreads();
+    rank_sort(m, sm);
+    return m;
+}
+
+/* Sum over the bins b < nb of the row's terms per bin (every thread gets it). */
+__device__ double bins_terms(const row_t *R, int nb, smem_t &sm) {
+    double e = 0.0;
+    for (int b = threadIdx.x; b < nb; b += ST) e += __ldcg(&R->he[b]);
+    return block_sum_d(e, sm);
+}
+
+/* after pass 0: the maximum, then the chain's first pass */
+__device__ int step_plan(const kiln_sample_spec *sp, row_t *R, int V, int *out, smem_t &sm) {
+    if (threadIdx.x == 0) {
+        u64 km = 0;
+        float fm = INFINITY;
+        for (int g = 0; g < (int)gridDim.x; g++) {
+            const u64 k = __ldcg(&R->part[g].kmax);
+            km = k > km ? k : km;
+            fm = fminf(fm, __ldcg(&R->part[g].fmin));
+        }
+        sm.c_w = km, sm.redf[0] = fm;
+    }
+    if (threadIdx.x == 0) R->one_block = 0;
+    __syncthreads();
+    const u64 kmax = sm.c_w;
+    const float fmin = sm.redf[0], mx = key_value(kmax), temp = sp->temperature;
+    if (!(temp > 0.0f) || !(mx > -INFINITY)) return finish(R, out, key_id(kmax)); /* greedy (or no finite logit) */
+    __syncthreads();
+    if (threadIdx.x == 0) R->kmax = kmax, R->mx = mx;
+    __syncthreads();
+    const float vmin = fmin < mx ? fmin : mx;
+    const bool top_k = sp->top_k > 0 && sp->top_k < V, top_p = sp->top_p < 1.0f, min_p = sp->min_p > 0.0f;
+    if (top_k) {
+        if (sp->top_k > GCAP) return ST_FALLBACK;
+        return issue_hist(R, PH_TOPK_BIN, true, 1.0f, 1.0, 0.0f, 0, vmin, (u64)sp->top_k, false);
+    }
+    u64 k0 = 0;
+    float v0 = vmin;
+    if (min_p && !top_p) { /* min-p alone: its normalizer is 1, its cut known now */
+        k0 = min_p_key(mx, 1.0, __fmul_rn(1.0f, sp->min_p), sm);
+        v0 = key_value(k0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) R->op = OP_SUM, R->phase = PH_SUMS, R->kmin = k0, R->vmin = v0;
+    return ST_ISSUED;
+}
+
+/* after SUM: the normalizers; top-p's histogram (min-p's cut first), else the draw's */
+__device__ int step_sums(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    if (threadIdx.x == 0) {
+        double s1 = 0.0, st = 0.0;
+        for (int g = 0; g < (int)gridDim.x; g++) s1 += __ldcg(&R->part[g].s1), st += __ldcg(&R->part[g].st);
+        sm.redd[0] = s1, sm.redd[1] = st;
+    }
+    __syncthreads();
+    const double s1 = sm.redd[0], st = sm.redd[1];
+    const float mx = R->mx, temp = sp->temperature;
+    u64 kmin = R->kmin;
+    float vmin = R->vmin;
+    if (sp->top_p < 1.0f) {
+        const double zinv = 1.0 / s1;
+        if (sp->min_p > 0.0f) {
+            const u64 kb = min_p_key(mx, zinv, __fmul_rn((float)zinv, sp->min_p), sm);
+            if (kb > kmin) kmin = kb, vmin = key_value(kb);
+        }
+        return issue_hist(R, PH_TOPP_BIN, false, 1.0f, zinv, temp, kmin, vmin, (u64)((double)sp->top_p * FP_ONE), false);
+    }
+    return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / st, 0.0f, kmin, vmin, (u64)(sp->u * FP_ONE), true);
+}
+
+/* after top-k's count histogram: gather every candidate up to the crossing bin (a prefix of the order) */
+__device__ int step_topk_bin(row_t *R, smem_t &sm) {
+    hist_cross(R, sm);
+    const int b = sm.chosen;
+    if (b < 0) return ST_FALLBACK;
+    const u64 p = sm.c_before + sm.hc[b];
+    if (p > GCAP) return ST_FALLBACK; /* ties of more than GCAP at the top */
+    return issue_gather(R, PH_TOPK_SET, b, true, (int)p);
+}
+
+/* after the top-k prefix's gather: the k candidates sorted, the rest of the chain in shared memory */
+__device__ int step_topk_set(const kiln_sample_spec *sp, row_t *R, int *out, smem_t &sm) {
+    const int m = gathered_sorted(R, sm);
+    if (m < 0) return ST_FALLBACK;
+    const float mx = R->mx;
+    const wfn W = {true, 1.0f, 1.0};
+    const sel_out r = cross_sorted(m, W, mx, 0, 0, R->target, false, sm);
+    if (!r.found) return ST_FALLBACK;
+    return finish(R, out, tail_sorted(sp, (int)r.n_incl, mx, R->kmax, sm));
+}
+
+/* after top-p's histogram: gather the crossing bin; no crossing (the rounded mass below top-p): no cut */
+__device__ int step_topp_bin(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    hist_cross(R, sm);
+    const int b = sm.chosen;
+    const float temp = sp->temperature;
+    if (b < 0)
+        return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / bins_terms(R, NBIN, sm), 0.0f, R->kmin, R->vmin,
+                          (u64)(sp->u * FP_ONE), true);
+    const int n = (int)sm.hc[b];
+    const u64 before = sm.c_w, cnt_before = sm.c_before;
+    if (n > GCAP) return ST_FALLBACK;
+    const double eb = bins_terms(R, b, sm);
+    __syncthreads();
+    if (threadIdx.x == 0) R->before = before, R->cnt_before = cnt_before, R->ebefore = eb;
+    return issue_gather(R, PH_TOPP_CUT, b, false, n);
+}
+
+/* after the gather of top-p's bin: the cut, the draw's normalizer over what it keeps, the draw's histogram */
+__device__ int step_topp_cut(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    const int m = gathered_sorted(R, sm);
+    if (m < 0) return ST_FALLBACK;
+    const float mx = R->mx, temp = sp->temperature;
+    const wfn W = {false, 1.0f, R->wzinv};
+    const sel_out r = cross_sorted(m, W, mx, R->before, R->cnt_before, R->target, false, sm);
+    if (!r.found) return ST_FALLBACK;
+    const int j = (int)(r.n_incl - R->cnt_before); /* the bin's members kept: sm.sk[0..j) */
+    const double e = (int)threadIdx.x < j ? (double)term(key_value(sm.sk[threadIdx.x]), mx, temp) : 0.0;
+    const double z = R->ebefore + block_sum_d(e, sm);
+    return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / z, 0.0f, r.k, key_value(r.k), (u64)(sp->u * FP_ONE), true);
+}
+
+/* after the draw's histogram: gather the crossing bin (none: u beyond the rounded total, the fallback's case) */
+__device__ int step_draw_bin(row_t *R, smem_t &sm) {
+    hist_cross(R, sm);
+    const int b = sm.chosen;
+    if (b < 0) return ST_FALLBACK;
+    const int n = (int)sm.hc[b];
+    const u64 before = sm.c_w, cnt_before = sm.c_before;
+    if (n > GCAP) return ST_FALLBACK;
+    __syncthreads();
+    if (threadIdx.x == 0) R->before = before, R->cnt_before = cnt_before;
+    return issue_gather(R, PH_DRAW_PICK, b, false, n);
+}
+
+/* after the gather of the draw's bin: the drawn candidate */
+__device__ int step_draw_pick(const kiln_sample_spec *sp, row_t *R, int *out, smem_t &sm) {
+    const int m = gathered_sorted(R, sm);
+    if (m < 0) return ST_FALLBACK;
+    const wfn W = {false, sp->temperature, R->wzinv};
+    const sel_out r = cross_sorted(m, W, R->mx, R->before, R->cnt_before, R->target, true, sm);
+    if (!r.found) return ST_FALLBACK;
+    return finish(R, out, key_id(r.k));
+}
+
+__device__ int step(const kiln_sample_spec *sp, row_t *R, int V, int pass, int *out, smem_t &sm) {
+    switch (pass == 0 ? PH_PLAN : R->phase) {
+    case PH_PLAN: return step_plan(sp, R, V, out, sm);
+    case PH_SUMS: return step_sums(sp, R, sm);
+    case PH_TOPK_BIN: return step_topk_bin(R, sm);
+    case PH_TOPK_SET: return step_topk_set(sp, R, out, sm);
+    case PH_TOPP_BIN: return step_topp_bin(sp, R, sm);
+    case PH_TOPP_CUT: return step_topp_cut(sp, R, sm);
+    case PH_DRAW_BIN: return step_draw_bin(R, sm);
+    case PH_DRAW_PICK: return step_draw_pick(sp, R, out, sm);
+    default: return ST_FALLBACK;
+    }
+}
+
+/* ---- the kernel: pass `pass` of every sampled row, block (slice, row) */
+
+__global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, float *logits, int V, size_t stride,
+                                               int *ids, unsigned char *scratch, int pass) {
+    __shared__ smem_t sm;
+    pdl_wait_then_trigger();
+    const int r = blockIdx.y, G = gridDim.x;
+    const kiln_sample_spec *sp = &specs[r];
+    if (sp->mode != KILN_SPEC_SAMPLE) return;
+    row_t *R = (row_t *)(scratch + (size_t)r * row_bytes(V));
+    float *lg = logits + (size_t)r * stride;
+    const int op = pass == 0 ? -1 : R->op;
+    if (op == OP_NONE) return; /* the row is done (or its fallback ran) */
+    const int slice = (V + G - 1) / G, lo = blockIdx.x * slice, hi = min(V, lo + slice);
+    if (op < 0) pass_stats(sp, lg, lo, hi, R, sm);
+    else if (op == OP_SUM) pass_sum(sp, lg, lo, hi, R, sm);
+    else if (op == OP_HIST) pass_hist(lg, lo, hi, R, sm);
+    else if (op == OP_GATHER) pass_gather(lg, lo, hi, R);
+    /* the last block of the row to finish runs the step */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) sm.is_last = atomicAdd(&R->counter, 1u) == (unsigned)G - 1;
+    __syncthreads();
+    if (!sm.is_last) return;
+    __threadfence();
+    if (threadIdx.x == 0) R->counter = 0;
+    const int s = step(sp, R, V, pass, ids + r, sm);
+    if (s == ST_FALLBACK && pass == 0) {
+        __syncthreads();
+        if (threadIdx.x == 0) R->op = OP_IDLE, R->phase = PH_FALLBACK;
+    } else if (s == ST_FALLBACK || (s == ST_ISSUED && pass == NPASS - 1)) {
+        finish(R, ids + r, chain_block(sp, lg, V, (int *)((unsigned char *)R + ROW_BYTES), sm));
+        if (threadIdx.x == 0) R->one_block = 1;
+    }
 }
 
 } // namespace
 
 const void *ck_sample_kernel(void) { return (const void *)k_sample; }
 
+size_t ck_sample_scratch_bytes(int n_vocab) { return row_bytes(n_vocab); }
+
+size_t ck_sample_path_offset(void) { return offsetof(row_t, one_block); }
+
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
-               int *scratch, cudaStream_t stream) {
-    if (n_rows > 0) k_sample<<<n_rows, ST, 0, stream>>>(specs, logits, n_vocab, stride, ids, scratch);
+               void *scratch, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    const dim3 grid(n_slices(n_vocab, n_rows), n_rows);
+    for (int p = 0; p < NPASS; p++) /* the first pass an ordinary launch: it starts after the kernel before it */
+        launch(k_sample, grid, dim3(ST), 0, stream, p > 0, specs, logits, n_vocab, stride, ids, (unsigned char *)scratch, p);
 }

@@ -594,7 +594,7 @@ extern "C" kiln_status kiln_cuda_test_moe_group(const int32_t *ids, int n_rows, 
 }
 
 extern "C" kiln_status kiln_cuda_test_sample(const kiln_sample_spec *specs, int n_rows, const float *logits, int n_vocab,
-                                             int32_t *ids) {
+                                             int32_t *ids, int32_t *one_block) {
     if (n_rows < 1 || n_vocab < 1 || !specs || !logits || !ids)
         return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test sample: bad arguments");
     test_bufs b;
@@ -604,11 +604,16 @@ extern "C" kiln_status kiln_cuda_test_sample(const kiln_sample_spec *specs, int 
     kiln_sample_spec *ds = (kiln_sample_spec *)tb_alloc(&b, (size_t)n_rows * sizeof *specs, specs);
     float *dl = (float *)tb_alloc(&b, nl, logits);
     int *di = (int *)tb_alloc(&b, (size_t)n_rows * 4, ids);
-    int *dscr = (int *)tb_alloc(&b, (size_t)n_rows * n_vocab * 4, NULL);
+    void *dscr = tb_alloc(&b, (size_t)n_rows * ck_sample_scratch_bytes(n_vocab), NULL); /* zeroed */
     if (!ds || !dl || !di || !dscr) st = kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
     if (st == KILN_OK) {
         ck_sample(ds, dl, n_vocab, (size_t)n_vocab, n_rows, di, dscr, b.st);
         st = tb_finish(&b, ids, di, (size_t)n_rows * 4);
+        for (int r = 0; one_block && st == KILN_OK && r < n_rows; r++) {
+            const char *at = (const char *)dscr + (size_t)r * ck_sample_scratch_bytes(n_vocab) + ck_sample_path_offset();
+            if (cudaMemcpy(&one_block[r], at, 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+                st = kiln_fail(KILN_ERR_DEVICE, "cuda test sample: copy back");
+        }
     }
     tb_free(&b);
     return st;
