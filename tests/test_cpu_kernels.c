@@ -159,3 +159,25 @@ TEST(cpu_gemm_bit_identical_to_single_dots) {
             }
     }
 }
+
+/* The small-batch products of batched decode (one weight row at a time against up to 8 activation rows in one
+ * pass, more in chunks of 8): every row count 1..11 x 1..11 and sub-blocks not starting at 0 give exactly each
+ * single dot, for the kernels the CPU backend picks and for the reference. */
+TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
+    kiln_formats_init();
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
+    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    uint64_t rng = 77;
+    for (int t = 0; t < 3; t++) {
+        const kiln_type_info *ti = kiln_type_get(types[t]);
+        const cpu_gemm_fn fast = cpu_gemm_rows_select(ti->vec_dot_fast);
+        if (fast == cpu_gemm_rows_ref) printf("  (no small-batch %s kernel on this CPU: the reference only)\n", ti->name);
+        const cpu_gemm_fn kernels[2] = {fast, cpu_gemm_rows_ref};
+        for (int k = 0; k < 2; k++)
+            for (int nw = 1; nw <= 11; nw++)
+                for (int na = 1; na <= 11; na++) {
+                    gemm_case(types[t], kernels[k], sizes[t][(nw + na) % 2], nw, na, 0, nw, 0, na, &rng);
+                    if (nw > 2 && na > 2) gemm_case(types[t], kernels[k], sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
+                }
+    }
+}

@@ -65,11 +65,11 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
-    const cpu_gemm_fn gemm = cpu_gemm_select(dot);
     if (j->B <= SMALL_B) { /* a few rows (batched decode): one weight row at a time, streamed once */
-        for (int r = lo; r < hi; r++) gemm(&a, r, r + 1, 0, j->B);
+        cpu_gemm_rows_select(dot)(&a, lo, hi, 0, j->B);
         return;
     }
+    const cpu_gemm_fn gemm = cpu_gemm_select(dot);
     int step = (int)(ACT_BLOCK_BYTES / j->qrow) & ~3;
     if (step < 4) step = 4;
     for (int b = 0; b < j->B; b += step) gemm(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
