@@ -181,3 +181,32 @@ TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
                 }
     }
 }
+
+/* The exact argmax (cpu_argmax_select) against the reference on random rows with ties, NaNs (also at 0), signed
+ * zeros and infinities, every length 1..80 and a vocabulary-sized row. */
+TEST(cpu_argmax_fast_equals_reference) {
+    const cpu_argmax_fn fast = cpu_argmax_select();
+    if (fast == cpu_argmax) { test_skip("no AVX2 CPU (or KILN_NO_SIMD=1): the reference only"); return; }
+    enum { BIG = 49157 };
+    static float x[BIG];
+    uint64_t rng = 5;
+    int cases = 0;
+    for (int round = 0; round < 400; round++) {
+        const int n = round < 320 ? 1 + round % 80 : BIG - round % 7;
+        const int kind = round % 8;
+        for (int i = 0; i < n; i++) {
+            x[i] = test_rand_normal(&rng);
+            if (kind == 1) x[i] = (float)(int)(x[i] * 2); /* many ties */
+            if (kind == 2 && i % 5 == 0) x[i] = NAN;
+            if (kind == 3) x[i] = i % 2 ? -0.0f : 0.0f;
+            if (kind == 4) x[i] = -INFINITY;
+        }
+        if (kind == 5) x[0] = NAN;
+        if (kind == 6) x[n - 1] = INFINITY;
+        if (kind == 7) x[(int)(test_rand_u64(&rng) % (uint64_t)n)] = 100.0f, x[n / 2] = 100.0f;
+        const int32_t want = cpu_argmax(x, n), got = fast(x, n);
+        CHECKF(want == got, "round %d n %d kind %d: reference %d fast %d", round, n, kind, want, got);
+        cases++;
+    }
+    CHECK_EQ_INT(cases, 400);
+}

@@ -46,6 +46,7 @@ typedef struct cpu_state {
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
+    cpu_argmax_fn argmax;         /* the logits rows' argmax for this CPU */
 } cpu_state;
 
 /* Carves n bytes (64-aligned) from the arena; with base == NULL only sums the size. */
@@ -162,6 +163,7 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     t0 = kiln_now_ns();
     kiln_formats_init();
     s->attn = cpu_attn_select();
+    s->argmax = cpu_argmax_select();
     st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
@@ -290,7 +292,7 @@ static void outputs(cpu_state *s, const kiln_backend_batch *b) {
         if (b->rows[t].out != KILN_BK_OUT_NONE)
             cpu_rmsnorm(s->xo + (size_t)(k++) * E, s->x + (size_t)t * E, d->output_norm->data, E, d->rms_eps);
     cpu_matmul(s->pool, d->output, s->xo, b->n_out, b->logits, s->scratch);
-    for (k = 0; k < b->n_out; k++) b->argmax[k] = cpu_argmax(b->logits + (size_t)k * d->n_vocab, d->n_vocab);
+    for (k = 0; k < b->n_out; k++) b->argmax[k] = s->argmax(b->logits + (size_t)k * d->n_vocab, d->n_vocab);
 }
 
 static kiln_status cpu_forward(void *state, const kiln_backend_batch *b) {

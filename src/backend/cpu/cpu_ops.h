@@ -30,7 +30,13 @@ void cpu_swiglu(float *g, const float *u, int n);
 /* y += x  (n,) */
 void cpu_add(float *y, const float *x, int n);
 
-/* Index of the largest value (lowest index on ties). */
+/* Index of the largest value (lowest index on ties; NaNs never win, except a NaN at index 0). The reference. */
 int32_t cpu_argmax(const float *x, int n);
+/* The same answer for every input, two AVX2 passes (x86 with AVX2 only: cpu_ops_avx2.c). */
+int32_t cpu_argmax_avx2(const float *x, int n);
+
+typedef int32_t (*cpu_argmax_fn)(const float *x, int n);
+/* The fastest exact argmax for this CPU (the reference with KILN_NO_SIMD=1). */
+cpu_argmax_fn cpu_argmax_select(void);
 
 #endif
