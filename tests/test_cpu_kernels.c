@@ -210,3 +210,37 @@ TEST(cpu_argmax_fast_equals_reference) {
     }
     CHECK_EQ_INT(cases, 400);
 }
+
+/* scores and mix (the whole-head attention loops) give bit for bit what their loops of the same variant's dot
+ * and axpy give, and the reference's within float rounding, on random heads: head sizes with and without
+ * 32- and 8-value tails, key counts not multiples of 4, a cache stride wider than the head. */
+TEST(cpu_attn_scores_mix_equal_their_per_key_loops) {
+    enum { MAXK = 37, MAXN = 136, STRIDE = 200 };
+    static uint16_t kv[MAXK * STRIDE];
+    float q[MAXN], w[MAXK], sc[MAXK], sc_ref[MAXK], o[MAXN], o_loop[MAXN], o_ref[MAXN];
+    const cpu_attn_kernels best = cpu_attn_select();
+    uint64_t rng = 314;
+    static const int ns[] = {1, 7, 8, 40, 64, 72, 128, 136};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int n_keys = 1; n_keys <= MAXK; n_keys += 3) {
+            const int n = ns[ni];
+            for (int i = 0; i < MAXK * STRIDE; i++) kv[i] = kiln_f32_to_f16(test_rand_normal(&rng));
+            for (int i = 0; i < n; i++) q[i] = test_rand_normal(&rng);
+            for (int i = 0; i < n_keys; i++) w[i] = fabsf(test_rand_normal(&rng)) / n_keys;
+            best.scores(sc, q, kv, STRIDE, n_keys, n, 0.125f);
+            cpu_attn_scores_ref(sc_ref, q, kv, STRIDE, n_keys, n, 0.125f);
+            for (int i = 0; i < n_keys; i++) {
+                const float want = best.dot(q, kv + (size_t)i * STRIDE, n) * 0.125f;
+                CHECKF(!memcmp(&want, &sc[i], sizeof want), "scores n %d keys %d key %d: %.9g vs dot %.9g", n, n_keys, i, sc[i], want);
+                CHECKF(fabsf(sc[i] - sc_ref[i]) <= 1e-5f * (1 + fabsf(sc_ref[i])) * n, "scores vs ref n %d key %d", n, i);
+            }
+            best.mix(o, w, kv, STRIDE, n_keys, n);
+            cpu_attn_mix_ref(o_ref, w, kv, STRIDE, n_keys, n);
+            memset(o_loop, 0, sizeof o_loop);
+            for (int i = 0; i < n_keys; i++) best.axpy(o_loop, w[i], kv + (size_t)i * STRIDE, n);
+            for (int c = 0; c < n; c++) {
+                CHECKF(!memcmp(&o[c], &o_loop[c], sizeof o[c]), "mix n %d keys %d dim %d: %.9g vs axpy loop %.9g", n, n_keys, c, o[c], o_loop[c]);
+                CHECKF(fabsf(o[c] - o_ref[c]) <= 1e-5f * (1 + fabsf(o_ref[c])), "mix vs ref n %d dim %d", n, c);
+            }
+        }
+}
