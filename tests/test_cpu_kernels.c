@@ -244,3 +244,29 @@ TEST(cpu_attn_scores_mix_equal_their_per_key_loops) {
             }
         }
 }
+
+/* The F16 round trip of attention (q and the softmax weights): bit for bit the scalar pair, on normal, subnormal,
+ * halfway, overflowing and NaN values at every offset of an 8-value group. */
+TEST(cpu_attn_round_f16_equals_scalar_pair) {
+    const cpu_attn_kernels best = cpu_attn_select();
+    enum { N = 4099 };
+    static float a[N], b[N];
+    uint64_t rng = 11;
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) {
+            const uint64_t r = test_rand_u64(&rng);
+            const int kind = (int)(r % 9);
+            float v = test_rand_normal(&rng);
+            if (kind == 1) v *= 1e-6f;                                            /* half subnormals */
+            if (kind == 2) v = (float)((int)(r >> 8) % 2048) * 0x1p-24f * 1.5f; /* halfway cases */
+            if (kind == 3) v *= 70000.0f;                                         /* overflow to inf */
+            if (kind == 4 && r % 7 == 0) v = NAN;
+            if (kind == 5) v *= 1e-30f;                                           /* to zero */
+            a[i] = b[i] = v;
+        }
+        cpu_attn_round_f16_ref(a, N);
+        best.round_f16(b, N - round);
+        cpu_attn_round_f16_ref(b + N - round, round);
+        for (int i = 0; i < N; i++) CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "round %d i %d: %a vs %a", round, i, a[i], b[i]);
+    }
+}

@@ -25,14 +25,19 @@ void cpu_attn_mix_ref(float *o, const float *w, const uint16_t *v, size_t stride
     for (int i = 0; i < n_keys; i++) cpu_attn_axpy_ref(o, w[i], v + (size_t)i * stride, n);
 }
 
+void cpu_attn_round_f16_ref(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = kiln_f16_to_f32(kiln_f32_to_f16(x[i]));
+}
+
 cpu_attn_kernels cpu_attn_select(void) {
-    cpu_attn_kernels k = {cpu_attn_dot_ref, cpu_attn_axpy_ref, cpu_attn_scores_ref, cpu_attn_mix_ref};
+    cpu_attn_kernels k = {cpu_attn_dot_ref, cpu_attn_axpy_ref, cpu_attn_scores_ref, cpu_attn_mix_ref, cpu_attn_round_f16_ref};
 #if KILN_X86 /* cpu_attn_avx2.c exists only there */
     if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) {
         k.dot = cpu_attn_dot_avx2;
         k.axpy = cpu_attn_axpy_avx2;
         k.scores = cpu_attn_scores_avx2;
         k.mix = cpu_attn_mix_avx2;
+        k.round_f16 = cpu_attn_round_f16_avx2;
     }
 #elif KILN_NEON /* cpu_attn_neon.c: aarch64 only */
     if (!kiln_env_no_simd()) {

@@ -27,6 +27,22 @@ void cpu_attn_axpy_avx2(float *o, float a, const uint16_t *v, int n) {
     for (; i < n; i++) o[i] += a * _cvtsh_ss(v[i]);
 }
 
+/* F16C both ways, round to nearest even like kiln_f32_to_f16 (which the half tests pin to F16C); a group of 8
+ * holding a NaN takes the scalar pair so that NaNs get the same bits too; a non-NaN group never yields a NaN half,
+ * and the widening of every other half is exact. */
+void cpu_attn_round_f16_avx2(float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            cpu_attn_round_f16_ref(x + i, 8);
+            continue;
+        }
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+    cpu_attn_round_f16_ref(x + i, n - i);
+}
+
 /* cpu_attn_dot_avx2's reduction of one key's accumulator, then its scalar tail, then the scale. */
 static inline float finish_dot(__m256 acc, const float *q, const uint16_t *k, int i, int n, float scale) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -94,6 +110,7 @@ void cpu_attn_mix_avx2(float *o, const float *w, const uint16_t *v, size_t strid
 /* Built without the ISA flags (e.g. a fuzz build): never selected, but kept linkable. */
 float cpu_attn_dot_avx2(const float *q, const uint16_t *k, int n) { return cpu_attn_dot_ref(q, k, n); }
 void cpu_attn_axpy_avx2(float *o, float a, const uint16_t *v, int n) { cpu_attn_axpy_ref(o, a, v, n); }
+void cpu_attn_round_f16_avx2(float *x, int n) { cpu_attn_round_f16_ref(x, n); }
 void cpu_attn_scores_avx2(float *sc, const float *q, const uint16_t *k, size_t stride, int n_keys, int n, float scale) {
     cpu_attn_scores_ref(sc, q, k, stride, n_keys, n, scale);
 }

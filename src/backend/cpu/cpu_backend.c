@@ -41,15 +41,13 @@ typedef struct cpu_state {
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xo, *scores;
     float *rope_cos, *rope_sin;   /* (n_ctx, n_rot/2) */
     float *qh;                    /* per thread: one head of q rounded to F16 */
-    uint16_t *h16;                /* per thread: max(n_ctx, head_dim) F16 values (the rounding of q and weights) */
     uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_ctx, KV) F16 */
     size_t kv_per_seq;            /* elements of one sequence's K (or V) region */
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
     cpu_argmax_fn argmax;         /* the logits rows' argmax for this CPU */
-    kiln_from_float_fn to_f16;    /* F32 -> F16, exactly kiln_f32_to_f16 (the fastest such) */
-    kiln_to_float_fn from_f16;    /* F16 -> F32, exactly kiln_f16_to_f32 */
+    kiln_from_float_fn to_f16;    /* F32 -> F16 for the KV store, exactly kiln_f32_to_f16 (the fastest such) */
 } cpu_state;
 
 /* Carves n bytes (64-aligned) from the arena; with base == NULL only sums the size. */
@@ -101,7 +99,6 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     s->k_cache = carve(base, &off, (size_t)s->cfg.n_seq * s->kv_per_seq * 2);
     s->v_cache = carve(base, &off, (size_t)s->cfg.n_seq * s->kv_per_seq * 2);
     s->qh = carve(base, &off, (size_t)s->cfg.n_threads * (size_t)hp->head_dim * 4);
-    s->h16 = carve(base, &off, (size_t)s->cfg.n_threads * (C > (size_t)hp->head_dim ? C : (size_t)hp->head_dim) * 2);
     s->scratch = carve(base, &off, max_scratch(&s->desc, (int)B));
     uint8_t *moe = carve(base, &off, cpu_moe_layout(&s->moe, NULL, &s->desc, (int)B));
     cpu_moe_layout(&s->moe, moe, &s->desc, (int)B);
@@ -169,7 +166,6 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     s->attn = cpu_attn_select();
     s->argmax = cpu_argmax_select();
     s->to_f16 = kiln_from_float_fast(KILN_TYPE_F16);
-    s->from_f16 = kiln_type_get(KILN_TYPE_F16)->to_float;
     st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
@@ -194,12 +190,6 @@ static size_t kv_at(const cpu_state *s, int seq, int layer, int pos, int KV) {
     return (size_t)seq * s->kv_per_seq + ((size_t)layer * s->cfg.n_ctx + (size_t)pos) * (size_t)KV;
 }
 
-/* x rounded to F16 and back, in place (n values; h: n of scratch). */
-static void round_f16(const cpu_state *s, float *x, uint16_t *h, int n) {
-    s->to_f16(x, h, n);
-    s->from_f16(h, x, n);
-}
-
 /* Causal grouped-query attention for every (row, head) pair of the batch, each row over the positions
  * 0..pos of its own sequence. */
 static void attention(void *ctx, int lo, int hi, int ith) {
@@ -209,16 +199,15 @@ static void attention(void *ctx, int lo, int hi, int ith) {
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
     float *qf = s->qh + (size_t)ith * hd;
-    uint16_t *h = s->h16 + (size_t)ith * (size_t)(s->cfg.n_ctx > hd ? s->cfg.n_ctx : hd);
     for (int p = lo; p < hi; p++) {
         const int t = p / nh, hh = p % nh, kvh = hh / group, n_keys = j->rows[t].pos + 1;
         const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
         const uint16_t *vc = s->v_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
         memcpy(qf, s->q + (size_t)t * nh * hd + (size_t)hh * hd, (size_t)hd * sizeof *qf);
-        round_f16(s, qf, h, hd);
+        s->attn.round_f16(qf, hd);
         s->attn.scores(sc, qf, kc, (size_t)KV, n_keys, hd, scale);
         cpu_softmax(sc, n_keys);
-        round_f16(s, sc, h, n_keys);
+        s->attn.round_f16(sc, n_keys);
         s->attn.mix(s->att + (size_t)t * nh * hd + (size_t)hh * hd, sc, vc, (size_t)KV, n_keys, hd);
     }
 }
