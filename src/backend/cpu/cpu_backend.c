@@ -265,6 +265,17 @@ static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kil
     cpu_add(s->x, s->xb2, B * E);
 }
 
+typedef struct swiglu_job {
+    float *g;
+    const float *u;
+    int n;
+} swiglu_job;
+
+static void swiglu_rows(void *ctx, int lo, int hi, int ith) {
+    const swiglu_job *j = ctx;
+    cpu_swiglu(j->g + (size_t)lo * j->n, j->u + (size_t)lo * j->n, (hi - lo) * j->n);
+}
+
 /* x += down(silu(gate · norm(x)) * up · norm(x)) for every row (a MoE block: the mix of each row's experts). */
 static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
     const int E = s->desc.n_embd;
@@ -277,7 +288,9 @@ static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
     KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
     cpu_matmul(s->pool, f->gate, s->xb, B, s->hb, s->scratch);
     cpu_matmul(s->pool, f->up, s->xb, B, s->hb2, s->scratch);
-    cpu_swiglu(s->hb, s->hb2, B * f->n_ff);
+    swiglu_job sj = {.g = s->hb, .u = s->hb2, .n = f->n_ff};
+    if (B > 1) kiln_pool_for(s->pool, B, 1, swiglu_rows, &sj); /* its exponentials: rows on all threads */
+    else swiglu_rows(&sj, 0, 1, 0);
     cpu_matmul(s->pool, f->down, s->hb, B, s->xb2, s->scratch);
     cpu_add(s->x, s->xb2, B * E);
 }
