@@ -90,7 +90,8 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0 && B > 1) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
-        if (B > 1 && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
+        /* a few rows (decode) convert faster on the caller than a pool run takes to start */
+        if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
         else convert_rows(&j, 0, B, 0);
     }
     if (inline_run) dot_rows(&j, 0, j.rows, 0);
