@@ -1,6 +1,6 @@
 /*
- * cpu_ops.h — the element-wise and per-row kernels of the CPU forward pass (scalar C; they are a small
- * fraction of the time next to the matrix products in cpu_matmul.c).
+ * cpu_ops.h — the element-wise and per-row kernels of the CPU forward pass (scalar C, and an exact AVX2
+ * argmax in cpu_ops_avx2.c; they are a small fraction of the time next to the matrix products in cpu_matmul.c).
  */
 #ifndef KILN_CPU_OPS_H
 #define KILN_CPU_OPS_H
