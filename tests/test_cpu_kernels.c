@@ -163,6 +163,117 @@ TEST(cpu_gemm_bit_identical_to_single_dots) {
     }
 }
 
+/* The small-batch products of batched decode (one weight row at a time against up to 8 activation rows in one
+ * pass, more in chunks of 8): every row count 1..11 x 1..11 and sub-blocks not starting at 0 give exactly each
+ * single dot, for the kernels the CPU backend picks and for the reference. */
+TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
+    kiln_formats_init();
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
+    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    uint64_t rng = 77;
+    for (int t = 0; t < 3; t++) {
+        const kiln_type_info *ti = kiln_type_get(types[t]);
+        const cpu_gemm_fn fast = cpu_gemm_rows_select(ti->vec_dot_fast);
+        if (fast == cpu_gemm_rows_ref) printf("  (no small-batch %s kernel on this CPU: the reference only)\n", ti->name);
+        const cpu_gemm_fn kernels[2] = {fast, cpu_gemm_rows_ref};
+        for (int k = 0; k < 2; k++)
+            for (int nw = 1; nw <= 11; nw++)
+                for (int na = 1; na <= 11; na++) {
+                    gemm_case(types[t], kernels[k], ti->vec_dot_fast, sizes[t][(nw + na) % 2], nw, na, 0, nw, 0, na, &rng);
+                    if (nw > 2 && na > 2) gemm_case(types[t], kernels[k], ti->vec_dot_fast, sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
+                }
+    }
+}
+
+/* The exact argmax (cpu_argmax_select) against the reference on random rows with ties, NaNs (also at 0), signed
+ * zeros and infinities, every length 1..80 and a vocabulary-sized row. */
+TEST(cpu_argmax_fast_equals_reference) {
+    const cpu_argmax_fn fast = cpu_argmax_select();
+    if (fast == cpu_argmax) { test_skip("no AVX2 CPU (or KILN_NO_SIMD=1): the reference only"); return; }
+    enum { BIG = 49157 };
+    static float x[BIG];
+    uint64_t rng = 5;
+    int cases = 0;
+    for (int round = 0; round < 400; round++) {
+        const int n = round < 320 ? 1 + round % 80 : BIG - round % 7;
+        const int kind = round % 8;
+        for (int i = 0; i < n; i++) {
+            x[i] = test_rand_normal(&rng);
+            if (kind == 1) x[i] = (float)(int)(x[i] * 2); /* many ties */
+            if (kind == 2 && i % 5 == 0) x[i] = NAN;
+            if (kind == 3) x[i] = i % 2 ? -0.0f : 0.0f;
+            if (kind == 4) x[i] = -INFINITY;
+        }
+        if (kind == 5) x[0] = NAN;
+        if (kind == 6) x[n - 1] = INFINITY;
+        if (kind == 7) x[(int)(test_rand_u64(&rng) % (uint64_t)n)] = 100.0f, x[n / 2] = 100.0f;
+        const int32_t want = cpu_argmax(x, n), got = fast(x, n);
+        CHECKF(want == got, "round %d n %d kind %d: reference %d fast %d", round, n, kind, want, got);
+        cases++;
+    }
+    CHECK_EQ_INT(cases, 400);
+}
+
+/* scores and mix (the whole-head attention loops) give bit for bit what their loops of the same variant's dot
+ * and axpy give, and the reference's within float rounding, on random heads: head sizes with and without
+ * 32- and 8-value tails, key counts not multiples of 4, a cache stride wider than the head. */
+TEST(cpu_attn_scores_mix_equal_their_per_key_loops) {
+    enum { MAXK = 37, MAXN = 136, STRIDE = 200 };
+    static uint16_t kv[MAXK * STRIDE];
+    float q[MAXN], w[MAXK], sc[MAXK], sc_ref[MAXK], o[MAXN], o_loop[MAXN], o_ref[MAXN];
+    const cpu_attn_kernels best = cpu_attn_select();
+    uint64_t rng = 314;
+    static const int ns[] = {1, 7, 8, 40, 64, 72, 128, 136};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int n_keys = 1; n_keys <= MAXK; n_keys += 3) {
+            const int n = ns[ni];
+            for (int i = 0; i < MAXK * STRIDE; i++) kv[i] = kiln_f32_to_f16(test_rand_normal(&rng));
+            for (int i = 0; i < n; i++) q[i] = test_rand_normal(&rng);
+            for (int i = 0; i < n_keys; i++) w[i] = fabsf(test_rand_normal(&rng)) / n_keys;
+            best.scores(sc, q, kv, STRIDE, n_keys, n, 0.125f);
+            cpu_attn_scores_ref(sc_ref, q, kv, STRIDE, n_keys, n, 0.125f);
+            for (int i = 0; i < n_keys; i++) {
+                const float want = best.dot(q, kv + (size_t)i * STRIDE, n) * 0.125f;
+                CHECKF(!memcmp(&want, &sc[i], sizeof want), "scores n %d keys %d key %d: %.9g vs dot %.9g", n, n_keys, i, sc[i], want);
+                CHECKF(fabsf(sc[i] - sc_ref[i]) <= 1e-5f * (1 + fabsf(sc_ref[i])) * n, "scores vs ref n %d key %d", n, i);
+            }
+            best.mix(o, w, kv, STRIDE, n_keys, n);
+            cpu_attn_mix_ref(o_ref, w, kv, STRIDE, n_keys, n);
+            memset(o_loop, 0, sizeof o_loop);
+            for (int i = 0; i < n_keys; i++) best.axpy(o_loop, w[i], kv + (size_t)i * STRIDE, n);
+            for (int c = 0; c < n; c++) {
+                CHECKF(!memcmp(&o[c], &o_loop[c], sizeof o[c]), "mix n %d keys %d dim %d: %.9g vs axpy loop %.9g", n, n_keys, c, o[c], o_loop[c]);
+                CHECKF(fabsf(o[c] - o_ref[c]) <= 1e-5f * (1 + fabsf(o_ref[c])), "mix vs ref n %d dim %d", n, c);
+            }
+        }
+}
+
+/* The F16 round trip of attention (q and the softmax weights): bit for bit the scalar pair, on normal, subnormal,
+ * halfway, overflowing and NaN values at every offset of an 8-value group. */
+TEST(cpu_attn_round_f16_equals_scalar_pair) {
+    const cpu_attn_kernels best = cpu_attn_select();
+    enum { N = 4099 };
+    static float a[N], b[N];
+    uint64_t rng = 11;
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) {
+            const uint64_t r = test_rand_u64(&rng);
+            const int kind = (int)(r % 9);
+            float v = test_rand_normal(&rng);
+            if (kind == 1) v *= 1e-6f;                                            /* half subnormals */
+            if (kind == 2) v = (float)((int)(r >> 8) % 2048) * 0x1p-24f * 1.5f; /* halfway cases */
+            if (kind == 3) v *= 70000.0f;                                         /* overflow to inf */
+            if (kind == 4 && r % 7 == 0) v = NAN;
+            if (kind == 5) v *= 1e-30f;                                           /* to zero */
+            a[i] = b[i] = v;
+        }
+        cpu_attn_round_f16_ref(a, N);
+        best.round_f16(b, N - round);
+        cpu_attn_round_f16_ref(b + N - round, round);
+        for (int i = 0; i < N; i++) CHECKF(!memcmp(&a[i], &b[i], sizeof a[i]), "round %d i %d: %a vs %a", round, i, a[i], b[i]);
+    }
+}
+
 #if KILN_X86
 /* The AVX-512 kernels of k against the AVX2 ones, bit for bit: the VNNI dots on random rows of several lengths
  * (normals, a scaled row, an outlier), the tiles through gemm_case (every tile shape and edge, sub-blocks)

@@ -5,6 +5,8 @@
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 
+#include <string.h>
+
 #include "formats/formats.h"
 
 static inline float32x4_t load_f16x4(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
@@ -27,5 +29,15 @@ void cpu_attn_axpy_neon(float *o, float a, const uint16_t *v, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(o + i, vfmaq_f32(vld1q_f32(o + i), va, load_f16x4(v + i)));
     for (; i < n; i++) o[i] += a * kiln_f16_to_f32(v[i]);
+}
+
+/* The loops of the per-key kernels (cpu_attn.h). */
+void cpu_attn_scores_neon(float *sc, const float *q, const uint16_t *k, size_t stride, int n_keys, int n, float scale) {
+    for (int i = 0; i < n_keys; i++) sc[i] = cpu_attn_dot_neon(q, k + (size_t)i * stride, n) * scale;
+}
+
+void cpu_attn_mix_neon(float *o, const float *w, const uint16_t *v, size_t stride, int n_keys, int n) {
+    memset(o, 0, (size_t)n * sizeof *o);
+    for (int i = 0; i < n_keys; i++) cpu_attn_axpy_neon(o, w[i], v + (size_t)i * stride, n);
 }
 #endif

@@ -46,6 +46,8 @@ typedef struct cpu_state {
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
+    cpu_argmax_fn argmax;         /* the logits rows' argmax for this CPU */
+    kiln_from_float_fn to_f16;    /* F32 -> F16 for the KV store, exactly kiln_f32_to_f16 (the fastest such) */
 } cpu_state;
 
 /* Carves n bytes (64-aligned) from the arena; with base == NULL only sums the size. */
@@ -162,6 +164,8 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     t0 = kiln_now_ns();
     kiln_formats_init();
     s->attn = cpu_attn_select();
+    s->argmax = cpu_argmax_select();
+    s->to_f16 = kiln_from_float_fast(KILN_TYPE_F16);
     st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
@@ -196,16 +200,15 @@ static void attention(void *ctx, int lo, int hi, int ith) {
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
     float *qf = s->qh + (size_t)ith * hd;
     for (int p = lo; p < hi; p++) {
-        const int t = p / nh, h = p % nh, kvh = h / group, n_keys = j->rows[t].pos + 1;
+        const int t = p / nh, hh = p % nh, kvh = hh / group, n_keys = j->rows[t].pos + 1;
         const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
         const uint16_t *vc = s->v_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
-        const float *q = s->q + (size_t)t * nh * hd + (size_t)h * hd;
-        for (int c = 0; c < hd; c++) qf[c] = kiln_f16_to_f32(kiln_f32_to_f16(q[c]));
-        for (int i = 0; i < n_keys; i++) sc[i] = s->attn.dot(qf, kc + (size_t)i * KV, hd) * scale;
+        memcpy(qf, s->q + (size_t)t * nh * hd + (size_t)hh * hd, (size_t)hd * sizeof *qf);
+        s->attn.round_f16(qf, hd);
+        s->attn.scores(sc, qf, kc, (size_t)KV, n_keys, hd, scale);
         cpu_softmax(sc, n_keys);
-        float *o = s->att + (size_t)t * nh * hd + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int i = 0; i < n_keys; i++) s->attn.axpy(o, kiln_f16_to_f32(kiln_f32_to_f16(sc[i])), vc + (size_t)i * KV, hd);
+        s->attn.round_f16(sc, n_keys);
+        s->attn.mix(s->att + (size_t)t * nh * hd + (size_t)hh * hd, sc, vc, (size_t)KV, n_keys, hd);
     }
 }
 
@@ -237,10 +240,8 @@ static void rope_and_store(cpu_state *s, const kiln_block_attn *a, int il, const
             cpu_rope_head(kh, c, sn, a->n_rot, neox);
         }
         const size_t at = kv_at(s, rows[t].seq, il, p, KV);
-        for (int e = 0; e < KV; e++) {
-            s->k_cache[at + e] = kiln_f32_to_f16(s->k[(size_t)t * KV + e]);
-            s->v_cache[at + e] = kiln_f32_to_f16(s->v[(size_t)t * KV + e]);
-        }
+        s->to_f16(s->k + (size_t)t * KV, s->k_cache + at, KV);
+        s->to_f16(s->v + (size_t)t * KV, s->v_cache + at, KV);
     }
 }
 
@@ -264,6 +265,17 @@ static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kil
     cpu_add(s->x, s->xb2, B * E);
 }
 
+typedef struct swiglu_job {
+    float *g;
+    const float *u;
+    int n;
+} swiglu_job;
+
+static void swiglu_rows(void *ctx, int lo, int hi, int ith) {
+    const swiglu_job *j = ctx;
+    cpu_swiglu(j->g + (size_t)lo * j->n, j->u + (size_t)lo * j->n, (hi - lo) * j->n);
+}
+
 /* x += down(silu(gate · norm(x)) * up · norm(x)) for every row (a MoE block: the mix of each row's experts). */
 static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
     const int E = s->desc.n_embd;
@@ -276,7 +288,9 @@ static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
     KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
     cpu_matmul(s->pool, f->gate, s->xb, B, s->hb, s->scratch);
     cpu_matmul(s->pool, f->up, s->xb, B, s->hb2, s->scratch);
-    cpu_swiglu(s->hb, s->hb2, B * f->n_ff);
+    swiglu_job sj = {.g = s->hb, .u = s->hb2, .n = f->n_ff};
+    if (B > 1) kiln_pool_for(s->pool, B, 1, swiglu_rows, &sj); /* its exponentials: rows on all threads */
+    else swiglu_rows(&sj, 0, 1, 0);
     cpu_matmul(s->pool, f->down, s->hb, B, s->xb2, s->scratch);
     cpu_add(s->x, s->xb2, B * E);
 }
@@ -290,7 +304,7 @@ static void outputs(cpu_state *s, const kiln_backend_batch *b) {
         if (b->rows[t].out != KILN_BK_OUT_NONE)
             cpu_rmsnorm(s->xo + (size_t)(k++) * E, s->x + (size_t)t * E, d->output_norm->data, E, d->rms_eps);
     cpu_matmul(s->pool, d->output, s->xo, b->n_out, b->logits, s->scratch);
-    for (k = 0; k < b->n_out; k++) b->argmax[k] = cpu_argmax(b->logits + (size_t)k * d->n_vocab, d->n_vocab);
+    for (k = 0; k < b->n_out; k++) b->argmax[k] = s->argmax(b->logits + (size_t)k * d->n_vocab, d->n_vocab);
 }
 
 static kiln_status cpu_forward(void *state, const kiln_backend_batch *b) {

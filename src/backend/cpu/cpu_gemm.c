@@ -1,4 +1,4 @@
-/* cpu_gemm.c — the reference block product and the choice of a tiled one (cpu_gemm.h). */
+/* cpu_gemm.c — the reference block products and the choice of a tiled or small-batch one (cpu_gemm.h). */
 #include "backend/cpu/cpu_gemm.h"
 
 #include "formats/blocks.h"
@@ -20,6 +20,10 @@ void cpu_gemm_walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int T
     }
 }
 
+void cpu_gemm_rows_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    for (int r = r0; r < r1; r++) cpu_gemm_ref(a, r, r + 1, b0, b1);
+}
+
 cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
     /* only where it is the dot in use: the tiles reproduce that function, not the type */
@@ -31,4 +35,14 @@ cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_q4_K_avx512;
 #endif
     return cpu_gemm_ref;
+}
+
+cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* the VNNI dots give the AVX2 dots' bits, so their rows kernels serve both levels */
+    if (dot == kiln_dot_q8_0_avx2 || dot == kiln_dot_q8_0_vnni) return cpu_gemm_rows_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2 || dot == kiln_dot_q4_0_vnni) return cpu_gemm_rows_q4_0_avx2;
+    if (dot == kiln_dot_q4_K_avx2 || dot == kiln_dot_q4_K_vnni) return cpu_gemm_rows_q4_K_avx2;
+#endif
+    return cpu_gemm_rows_ref;
 }

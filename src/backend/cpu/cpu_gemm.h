@@ -55,4 +55,16 @@ void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 /* The tiled kernel that reproduces `dot` (a type's vec_dot_fast) exactly, or the reference. */
 cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot);
 
+/* The small-batch products (a decode step of a few sequences): the same results, one weight row at a time
+ * against the activation rows b0..b1 (up to 8 in one pass over the row), so each weight row streams from memory
+ * once and a thread's rows are never revisited. The reference: the single dot, weight row by weight row. */
+void cpu_gemm_rows_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_rows_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_rows_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q4_K: the tiled kernel's 1 x 4 tiles, row by row. */
+void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+
+/* The small-batch kernel that reproduces `dot` exactly, or the reference. */
+cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot);
+
 #endif

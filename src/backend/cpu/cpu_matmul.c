@@ -65,11 +65,11 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
-    const cpu_gemm_fn gemm = cpu_gemm_select(dot);
     if (j->B <= SMALL_B) { /* a few rows (batched decode): one weight row at a time, streamed once */
-        for (int r = lo; r < hi; r++) gemm(&a, r, r + 1, 0, j->B);
+        cpu_gemm_rows_select(dot)(&a, lo, hi, 0, j->B);
         return;
     }
+    const cpu_gemm_fn gemm = cpu_gemm_select(dot);
     int step = (int)(ACT_BLOCK_BYTES / j->qrow) & ~3;
     if (step < 4) step = 4;
     for (int b = 0; b < j->B; b += step) gemm(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
@@ -90,7 +90,8 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0 && B > 1) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
-        if (B > 1 && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
+        /* a few rows (decode) convert faster on the caller than a pool run takes to start */
+        if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
         else convert_rows(&j, 0, B, 0);
     }
     if (inline_run) dot_rows(&j, 0, j.rows, 0);

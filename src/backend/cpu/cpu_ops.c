@@ -3,6 +3,9 @@
 
 #include <math.h>
 
+#include "base/env.h"
+#include "formats/formats.h"
+
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
@@ -62,4 +65,11 @@ int32_t cpu_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
     return best;
+}
+
+cpu_argmax_fn cpu_argmax_select(void) {
+#if KILN_X86 /* cpu_ops_avx2.c exists only there */
+    if (!kiln_env_no_simd() && kiln_cpu_has_avx2()) return cpu_argmax_avx2;
+#endif
+    return cpu_argmax;
 }

@@ -1,6 +1,6 @@
 /*
- * cpu_ops.h — the element-wise and per-row kernels of the CPU forward pass (scalar C; they are a small
- * fraction of the time next to the matrix products in cpu_matmul.c).
+ * cpu_ops.h — the element-wise and per-row kernels of the CPU forward pass (scalar C, and an exact AVX2
+ * argmax in cpu_ops_avx2.c; they are a small fraction of the time next to the matrix products in cpu_matmul.c).
  */
 #ifndef KILN_CPU_OPS_H
 #define KILN_CPU_OPS_H
@@ -30,7 +30,13 @@ void cpu_swiglu(float *g, const float *u, int n);
 /* y += x  (n,) */
 void cpu_add(float *y, const float *x, int n);
 
-/* Index of the largest value (lowest index on ties). */
+/* Index of the largest value (lowest index on ties; NaNs never win, except a NaN at index 0). The reference. */
 int32_t cpu_argmax(const float *x, int n);
+/* The same answer for every input, two AVX2 passes (x86 with AVX2 only: cpu_ops_avx2.c). */
+int32_t cpu_argmax_avx2(const float *x, int n);
+
+typedef int32_t (*cpu_argmax_fn)(const float *x, int n);
+/* The fastest exact argmax for this CPU (the reference with KILN_NO_SIMD=1). */
+cpu_argmax_fn cpu_argmax_select(void);
 
 #endif
