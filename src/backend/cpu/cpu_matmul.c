@@ -35,7 +35,7 @@ typedef struct matmul_job {
     const kiln_type_info *ti;
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
-    float *yd;              /* Q8_0 activations with B > 1: B rows of n/32 block scales as floats, else NULL */
+    float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
     size_t qrow, wrow;
     int B, n, rows;
     float *out;
@@ -57,16 +57,19 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
     matmul_job *j = ctx;
     const uint8_t *w = (const uint8_t *)j->W->data;
     kiln_vec_dot_fn dot = j->ti->vec_dot_fast ? j->ti->vec_dot_fast : j->ti->vec_dot;
-    if (j->B == 1) { /* one activation row: the plain dot */
-        for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
-        return;
-    }
     /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
-    if (j->B <= SMALL_B) { /* a few rows (batched decode): one weight row at a time, streamed once */
-        cpu_gemm_rows_select(dot)(&a, lo, hi, 0, j->B);
+    if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
+        const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
+        if (rows != cpu_gemm_rows_ref) {
+            rows(&a, lo, hi, 0, j->B);
+        } else if (j->B == 1) { /* no rows kernel for this type: the plain dot */
+            for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
+        } else {
+            cpu_gemm_rows_ref(&a, lo, hi, 0, j->B);
+        }
         return;
     }
     const cpu_gemm_fn gemm = cpu_gemm_select(dot);
@@ -89,7 +92,7 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
         j.qx = (const uint8_t *)x;
     } else {
         j.qx = scratch;
-        if (ti->vec_dot_type == KILN_TYPE_Q8_0 && B > 1) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
+        if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
         else convert_rows(&j, 0, B, 0);
