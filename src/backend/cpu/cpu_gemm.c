@@ -46,3 +46,12 @@ cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot) {
 #endif
     return cpu_gemm_rows_ref;
 }
+
+cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
+    const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
+#if defined(__x86_64__) || defined(__i386__)
+    if (rows == cpu_gemm_rows_q8_0_avx2 || rows == cpu_gemm_rows_q4_0_avx2) return rows;
+#endif
+    (void)rows;
+    return NULL;
+}

@@ -67,4 +67,9 @@ void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
 /* The small-batch kernel that reproduces `dot` exactly, or the reference. */
 cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot);
 
+/* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
+ * (measured: Q8_0 and Q4_0, whose rows kernels prefetch the weight stream; Q4_K's is slower than its dot), else
+ * NULL (call the dot per weight row). Bit-identical to dot like every kernel here. */
+cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
+
 #endif

@@ -62,14 +62,9 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
-        const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
-        if (rows != cpu_gemm_rows_ref) {
-            rows(&a, lo, hi, 0, j->B);
-        } else if (j->B == 1) { /* no rows kernel for this type: the plain dot */
-            for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
-        } else {
-            cpu_gemm_rows_ref(&a, lo, hi, 0, j->B);
-        }
+        const cpu_gemm_fn rows = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
+        if (rows) rows(&a, lo, hi, 0, j->B);
+        else for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx); /* the plain dot */
         return;
     }
     const cpu_gemm_fn gemm = cpu_gemm_select(dot);
