@@ -354,3 +354,20 @@ TEST(build_static_archive_has_only_kiln_h_names_and_links_beside_ggml) {
     free(decl.v);
     free(glob.v);
 }
+
+/* Every deliberate defect of tests/defects (shown red by hand on a GPU: `make defects-cuda`, apply.sh) still applies
+ * to this tree: a patch that no longer applies is a gate nobody can show red any more. */
+TEST(build_defect_patches_apply_to_this_tree) {
+    char *out = NULL;
+    const char *cmd =
+        "n=0; for p in tests/defects/*.patch tests/defects/*/*.patch; do [ -f \"$p\" ] || continue; n=$((n+1)); "
+        "if command -v patch > /dev/null 2>&1; then patch -p1 --dry-run --batch --silent --forward < \"$p\" > /dev/null 2>&1; "
+        "else git apply --check \"$p\" > /dev/null 2>&1; fi || echo \"stale: $p\"; done; echo \"patches: $n\"";
+    REQUIRE(test_run_cmd(cmd, &out) == 0 && out);
+    int n = 0;
+    const char *c = strstr(out, "patches: ");
+    if (c) n = atoi(c + 9);
+    CHECKF(n >= 8, "expected the 8+ defect patches of tests/defects, found %d:\n%s", n, out);
+    CHECKF(!strstr(out, "stale:"), "defect patches that no longer apply (refresh them against this tree):\n%s", out);
+    free(out);
+}
