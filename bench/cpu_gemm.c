@@ -14,29 +14,19 @@
 #include "base/alloc.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
+#include "bench_time.h"
 
 #define B 128
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Median GMAC/s of `reps` runs of gemm over the whole block. */
 static double measure(cpu_gemm_fn gemm, const cpu_gemm_args *a, int rows, int reps) {
     double g[32];
     for (int r = 0; r < reps; r++) {
-        const double t0 = now_s();
+        const double t0 = bench_thread_s();
         gemm(a, 0, rows, 0, B);
-        g[r] = (double)rows * a->n * B / (now_s() - t0) / 1e9;
+        g[r] = (double)rows * a->n * B / (bench_thread_s() - t0) / 1e9;
     }
-    qsort(g, (size_t)reps, sizeof g[0], cmp_double);
+    qsort(g, (size_t)reps, sizeof g[0], bench_cmp_double);
     return g[reps / 2];
 }
 

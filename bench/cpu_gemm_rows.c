@@ -17,20 +17,10 @@
 #include "base/alloc.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
+#include "bench_time.h"
 
 #define N 576
 #define MAXB 8
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void pass_dots(const cpu_gemm_args *a, int rows, int B) {
     for (int r = 0; r < rows; r++)
@@ -54,17 +44,17 @@ static void measure(const cpu_gemm_args *a, int rows, int B, int rounds, double 
     for (int k = 0; k < rounds; k++)
         for (int v = 0; v < 3; v++) {
             int passes = 0;
-            const double t0 = now_s();
+            const double t0 = bench_thread_s();
             double dt;
             do {
                 fns[v](a, rows, B);
                 passes++;
-                dt = now_s() - t0;
+                dt = bench_thread_s() - t0;
             } while (dt < min_s);
             t[v][k] = dt / passes / rows * 1e9;
         }
     for (int v = 0; v < 3; v++) {
-        qsort(t[v], (size_t)rounds, sizeof(double), cmp_double);
+        qsort(t[v], (size_t)rounds, sizeof(double), bench_cmp_double);
         out[v] = t[v][rounds / 2];
     }
 }

@@ -13,21 +13,9 @@
 
 #include "base/alloc.h"
 #include "formats/formats.h"
+#include "bench_time.h"
 
 #define COLS 4096
-
-/* CPU time of the calling thread: the single-thread figures are not inflated by preemption on a shared box */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static volatile float sink;
 
@@ -37,7 +25,7 @@ static double measure(kiln_vec_dot_fn fn, const uint8_t *w, size_t row_bytes, in
     double gbs[64];
     for (int r = 0; r < reps; r++) {
         int passes = 0;
-        const double t0 = now_s();
+        const double t0 = bench_thread_s();
         double t;
         float acc = 0;
         do {
@@ -47,12 +35,12 @@ static double measure(kiln_vec_dot_fn fn, const uint8_t *w, size_t row_bytes, in
                 acc += s;
             }
             passes++;
-            t = now_s() - t0;
+            t = bench_thread_s() - t0;
         } while (t < min_s);
         sink = acc;
         gbs[r] = (double)passes * rows * row_bytes / t / 1e9;
     }
-    qsort(gbs, (size_t)reps, sizeof gbs[0], cmp_double);
+    qsort(gbs, (size_t)reps, sizeof gbs[0], bench_cmp_double);
     return gbs[reps / 2];
 }
 

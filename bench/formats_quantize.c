@@ -19,28 +19,11 @@
 #include "formats/formats.h"
 #include "gguf/gguf.h"
 #include "tools/quantize.h"
-
-/* CPU time of the calling thread: the single-thread figures are not inflated by preemption on a shared box */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double wall_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_time.h"
 
 static double median3(double a, double b, double c) {
     double v[3] = {a, b, c};
-    qsort(v, 3, sizeof v[0], cmp_double);
+    qsort(v, 3, sizeof v[0], bench_cmp_double);
     return v[1];
 }
 
@@ -74,15 +57,15 @@ static void per_type(size_t n_floats) {
         const kiln_type_info *ti = kiln_type_get(types[k]);
         double tq[3], tf[3], td[3];
         for (int r = 0; r < 3; r++) {
-            double t0 = now_s();
+            double t0 = bench_thread_s();
             ti->from_float(x, q, (int64_t)n_floats);
-            tq[r] = now_s() - t0;
-            t0 = now_s();
+            tq[r] = bench_thread_s() - t0;
+            t0 = bench_thread_s();
             kiln_from_float_fast(types[k])(x, q, (int64_t)n_floats);
-            tf[r] = now_s() - t0;
-            t0 = now_s();
+            tf[r] = bench_thread_s() - t0;
+            t0 = bench_thread_s();
             ti->to_float(q, y, (int64_t)n_floats);
-            td[r] = now_s() - t0;
+            td[r] = bench_thread_s() - t0;
         }
         printf("| %s | %.0f | %.0f | %.0f |\n", ti->name, mb / median3(tq[0], tq[1], tq[2]),
                mb / median3(tf[0], tf[1], tf[2]), mb / median3(td[0], td[1], td[2]));
@@ -155,12 +138,12 @@ static void end_to_end(void) {
         kiln_quantize_report rep;
         double t[3];
         for (int r = 0; r < 3; r++) {
-            const double t0 = wall_s();
+            const double t0 = bench_wall_s();
             if (kiln_quantize_file(&o, &rep) != KILN_OK) {
                 printf("| %s | failed: %s |\n", targets[k], kiln_last_error());
                 break;
             }
-            t[r] = wall_s() - t0;
+            t[r] = bench_wall_s() - t0;
         }
         const double s = median3(t[0], t[1], t[2]);
         printf("| %s | %.0f | %.0f | %.2f | %.0f |\n", targets[k], rep.bytes_in / 1e6, rep.bytes_out / 1e6, s,

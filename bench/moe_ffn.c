@@ -19,6 +19,7 @@
 #include "base/pool.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
+#include "bench_time.h"
 
 enum { E = 2048, F = 768, NX = 128, K = 8, PB = 64 };
 
@@ -28,11 +29,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(g_threads == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -138,7 +134,7 @@ int main(int argc, char **argv) {
                 cpu_moe_ffn(pool, &blk.ffn, x, rows, o1, &b, scratch);
                 same &= !memcmp(o1, o2, sizeof(float) * (size_t)rows * E);
             }
-            qsort(tf, (size_t)n, sizeof *tf, cmp_double), qsort(tr, (size_t)n, sizeof *tr, cmp_double);
+            qsort(tf, (size_t)n, sizeof *tf, bench_cmp_double), qsort(tr, (size_t)n, sizeof *tr, bench_cmp_double);
             const double mf = tf[n / 2], mr = tr[n / 2], mb = (double)bytes / n / 1e6;
             printf("| %d | %s %d row%s | %.3f | %.3f | %.2f | %.1f | %.1f | %.1f (%.3f)%s |\n", nt,
                    rows == 1 ? "decode" : "prefill", rows, rows > 1 ? "s" : "", mf * 1e3, mr * 1e3, mr / mf, mb,

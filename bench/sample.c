@@ -18,6 +18,7 @@
 
 #include "kiln.h"
 #include "../tests/sample_ref.c"
+#include "bench_time.h"
 
 static double now_ns(void) {
     struct timespec ts;
@@ -45,11 +46,6 @@ static int cmp_float_desc(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return x < y ? 1 : x > y ? -1 : 0;
 }
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* top-1 probability and the number of ids that hold 90% of the temperature-1 mass */
 static void shape_stats(const float *x, int n, double *p1, int *n90) {
     float *s = malloc((size_t)n * sizeof *s);
@@ -85,7 +81,7 @@ static double measure(const kiln_sampler_params *p, const float *x, int n, int o
         for (int c = 0; c < calls; c++) sink = old ? ref_sample(r, x) : kiln_sample(s, x);
         t[k] = (now_ns() - t0) / calls;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
     kiln_sampler_close(s);
     ref_sampler_close(r);
     return t[reps / 2];
