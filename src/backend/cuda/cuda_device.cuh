@@ -609,11 +609,10 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
 
 /* ------------------------------------------------------------------ host: launches */
 
-/* Launches k with the programmatic-serialization attribute when PDL is on for this thread (ck_set_pdl) and
- * `pdl` for this launch. */
+/* Launches k, with the programmatic-serialization attribute when pdl. */
 template <typename... KArgs, typename... Args>
-static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
-                   Args &&...args) {
+static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                       Args &&...args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -623,8 +622,16 @@ static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cuda
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = attr;
-    cfg.numAttrs = ck_pdl_on() && pdl ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
+/* Launches k with the programmatic-serialization attribute when PDL is on for this thread (ck_set_pdl) and
+ * `pdl` for this launch. */
+template <typename... KArgs, typename... Args>
+static void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                   Args &&...args) {
+    launch_pdl(k, grid, block, smem, st, ck_pdl_on() && pdl, std::forward<Args>(args)...);
 }
 
 #endif

@@ -464,33 +464,16 @@ cudaError_t cm_setup(moe_dims d) {
     return e;
 }
 
-/* Launches k (with the programmatic-serialization attribute when pdl). */
-template <typename... KArgs, typename... Args>
-static void moe_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, bool pdl, cudaStream_t st,
-                       Args &&...args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
-}
-
-/* K<type>(...) launched with moe_launch's arguments. */
+/* K<type>(...) launched with launch_pdl's arguments (cuda_device.cuh). */
 #define MOE_DISPATCH(type, K, ...)                               \
     switch (type) {                                              \
-    case CK_F32: moe_launch(K<CK_F32>, __VA_ARGS__); break;      \
-    case CK_F16: moe_launch(K<CK_F16>, __VA_ARGS__); break;      \
-    case CK_BF16: moe_launch(K<CK_BF16>, __VA_ARGS__); break;    \
-    case CK_Q8_0: moe_launch(K<CK_Q8_0>, __VA_ARGS__); break;    \
-    case CK_Q4_0: moe_launch(K<CK_Q4_0>, __VA_ARGS__); break;    \
-    case CK_Q4_K: moe_launch(K<CK_Q4_K>, __VA_ARGS__); break;    \
-    case CK_Q6_K: moe_launch(K<CK_Q6_K>, __VA_ARGS__); break;    \
+    case CK_F32: launch_pdl(K<CK_F32>, __VA_ARGS__); break;      \
+    case CK_F16: launch_pdl(K<CK_F16>, __VA_ARGS__); break;      \
+    case CK_BF16: launch_pdl(K<CK_BF16>, __VA_ARGS__); break;    \
+    case CK_Q8_0: launch_pdl(K<CK_Q8_0>, __VA_ARGS__); break;    \
+    case CK_Q4_0: launch_pdl(K<CK_Q4_0>, __VA_ARGS__); break;    \
+    case CK_Q4_K: launch_pdl(K<CK_Q4_K>, __VA_ARGS__); break;    \
+    case CK_Q6_K: launch_pdl(K<CK_Q6_K>, __VA_ARGS__); break;    \
     default: break;                                              \
     }
 
@@ -507,7 +490,7 @@ static moe_args args_of(const moe_layer &L, const moe_scratch &s, float *x, int 
 
 static void route(const moe_layer &L, const moe_args &a, int n_rows, bool pdl, cudaStream_t st) {
     MOE_DISPATCH(L.router.type, k_moe_route, dim3((L.n_expert + MOE_WARPS - 1) / MOE_WARPS, (unsigned)n_rows),
-                 dim3(MOE_THREADS), smem_in(a.E), pdl, st, a)
+                 dim3(MOE_THREADS), smem_in(a.E), st, pdl, a)
 }
 
 /* The per-row path: route, gate_up, down. */
@@ -519,10 +502,10 @@ static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_e
     route(L, a, n_rows, pdl, st);
     a.w0 = L.gate, a.w1 = L.up;
     MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
-                 smem_in(n_embd), pdl, st, a)
+                 smem_in(n_embd), st, pdl, a)
     a.w0 = L.down, a.w1 = dev_weight{};
     MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
-                 smem_down(L.n_used, L.n_ff), pdl, st, a)
+                 smem_down(L.n_used, L.n_ff), st, pdl, a)
 }
 
 void cm_group(const moe_scratch &s, const int *ids, int n_rows, int k, int n_expert, bool pdl, cudaStream_t st) {
@@ -530,7 +513,7 @@ void cm_group(const moe_scratch &s, const int *ids, int n_rows, int k, int n_exp
     memset(&a, 0, sizeof a);
     a.ids = (int *)ids, a.n_rows = n_rows, a.k = k, a.n_expert = n_expert;
     a.offsets = s.offsets, a.list = s.list, a.pos = s.pos;
-    moe_launch(k_moe_group, dim3(1), dim3(MOE_GROUP_THREADS), 0, pdl, st, a);
+    launch_pdl(k_moe_group, dim3(1), dim3(MOE_GROUP_THREADS), 0, st, pdl, a);
 }
 
 /* The grouped path for n_rows <= s.group_max rows: route (with xh), group, gate and up GEMMs, SwiGLU, down
@@ -544,11 +527,11 @@ static void ffn_grouped(const moe_layer &L, const moe_scratch &s, float *x, int 
     const int n = n_rows * L.n_used, F = L.n_ff;
     const unsigned my = (unsigned)((n_rows + GB_M - 1) / GB_M), X = (unsigned)L.n_expert;
     moe_gemm_args g = {L.gate, L.up, s.h, s.cu, F, s.xh, s.epad, s.list, s.offsets};
-    MOE_DISPATCH(L.gate.type, k_moe_gemm, dim3(2 * ((F + GB_N - 1) / GB_N), my, X), dim3(GB_THREADS), 0, pdl, st, g)
+    MOE_DISPATCH(L.gate.type, k_moe_gemm, dim3(2 * ((F + GB_N - 1) / GB_N), my, X), dim3(GB_THREADS), 0, st, pdl, g)
     ck_swiglu_rows(s.h, s.cu, F, n, s.hh, s.fpad, st);
     g = moe_gemm_args{L.down, dev_weight{}, (float *)s.y, NULL, n_embd, s.hh, s.fpad, NULL, s.offsets};
-    MOE_DISPATCH(L.down.type, k_moe_gemm, dim3((n_embd + GB_N - 1) / GB_N, my, X), dim3(GB_THREADS), 0, pdl, st, g)
-    moe_launch(k_moe_combine, dim3((n_embd + 255) / 256, (unsigned)n_rows), dim3(256), 0, pdl, st, a);
+    MOE_DISPATCH(L.down.type, k_moe_gemm, dim3((n_embd + GB_N - 1) / GB_N, my, X), dim3(GB_THREADS), 0, st, pdl, g)
+    launch_pdl(k_moe_combine, dim3((n_embd + 255) / 256, (unsigned)n_rows), dim3(256), 0, st, pdl, a);
 }
 
 void cm_ffn(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows, bool pdl,
