@@ -450,13 +450,12 @@ __device__ int tail_sorted(const kiln_sample_spec *sp, int n, float mx, u64 kmax
     return draw_sorted(sp, n, mx, kmax, sm);
 }
 
-/* The whole chain over the row's V logits (penalties already applied) by one block; returns the id (in every
- * thread). scratch: V ints. */
-__device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, int *scratch, smem_t &sm) {
-    /* the maximum (its key: the lowest id on ties) and the lowest finite logit */
-    u64 kmax = 0;
-    float fmin = INFINITY;
-    for (int i = threadIdx.x; i < V; i += ST) {
+/* Over logits [lo, hi), in every thread of the block: kmax, the largest order key (the maximum, the lowest id on
+ * ties), and fmin, the lowest finite logit (INFINITY if none). */
+__device__ void block_max_min(const float *lg, int lo, int hi, u64 &kmax, float &fmin, smem_t &sm) {
+    kmax = 0;
+    fmin = INFINITY;
+    for (int i = lo + threadIdx.x; i < hi; i += ST) {
         const float l = clean(lg[i]);
         const u64 k = order_key(l, i);
         kmax = k > kmax ? k : kmax;
@@ -464,6 +463,15 @@ __device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, i
     }
     kmax = block_max_u64(kmax, sm);
     fmin = block_min_f(fmin, sm);
+}
+
+/* The whole chain over the row's V logits (penalties already applied) by one block; returns the id (in every
+ * thread). scratch: V ints. */
+__device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, int *scratch, smem_t &sm) {
+    /* the maximum (its key: the lowest id on ties) and the lowest finite logit */
+    u64 kmax;
+    float fmin;
+    block_max_min(lg, 0, V, kmax, fmin, sm);
     const float mx = key_value(kmax), temp = sp->temperature;
     if (!(temp > 0.0f) || !(mx > -INFINITY)) return key_id(kmax); /* greedy (or nothing but -inf / NaN) */
     cset S = {0ull, fmin < mx ? fmin : mx, nullptr, V};
@@ -588,16 +596,9 @@ __device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi
         lg[id] = l;
     }
     __syncthreads();
-    u64 kmax = 0;
-    float fmin = INFINITY;
-    for (int i = lo + threadIdx.x; i < hi; i += ST) {
-        const float l = clean(lg[i]);
-        const u64 k = order_key(l, i);
-        kmax = k > kmax ? k : kmax;
-        if (l > -INFINITY) fmin = fminf(fmin, l);
-    }
-    kmax = block_max_u64(kmax, sm);
-    fmin = block_min_f(fmin, sm);
+    u64 kmax;
+    float fmin;
+    block_max_min(lg, lo, hi, kmax, fmin, sm);
     if (threadIdx.x == 0) R->part[blockIdx.x].kmax = kmax, R->part[blockIdx.x].fmin = fmin;
 }
 

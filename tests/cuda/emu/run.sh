@@ -14,5 +14,5 @@ $CXX -c $E/sample_emu.cpp -o $O/sample_emu.o
 gcc -std=c11 -O1 -Iinclude -Isrc -Itests -c tests/sample_cases.c -o $O/sample_cases.o
 gcc -std=c11 -O1 -Iinclude -Isrc -Itests -c tests/sample_ref.c -o $O/sample_ref.o
 g++ -o $O/sample_emu $O/cuda_sample.o $O/rt.o $O/sample_emu.o $O/sample_cases.o $O/sample_ref.o \
-    build/rel/src/sample/*.o build/rel/src/base/*.o build/rel/src/formats/dot_avx2.o build/rel/src/formats/half.o -lm
+    build/rel/src/sample/*.o build/rel/src/base/*.o build/rel/src/formats/dot_avx2.o build/rel/src/formats/half.o build/rel/src/formats/cpu_level.o -lm
 exec $O/sample_emu "${1:-5000}" "${2:-5}" "${3:-5}" "${4:-1}"
