@@ -309,11 +309,17 @@ TEST(mkmodel_cli_options_and_generation) {
 /* The generated models load in kiln and run: logits finite and neither flat nor one-hot through a
  * prefill and greedy decode steps (llama with Q8_0 matrices and an SPM vocabulary; qwen3 with q/k norms,
  * head_dim != n_embd / n_head, F16 matrices and a byte-level BPE vocabulary). */
+static void run_generated_file(const char *shape, const char *out);
+
 static void run_generated(const char *shape, uint32_t type, const char *vocab) {
     if (quantizer_missing(type)) { test_skip("no quantizer for type %u yet", type); return; }
     char out[512];
     snprintf(out, sizeof out, "%s/%s.gguf", test_tmpdir(), shape);
     REQUIRE_OK(make(shape, type, test_shared(vocab), 11, 2, out, NULL));
+    run_generated_file(shape, out);
+}
+
+static void run_generated_file(const char *shape, const char *out) {
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(out, &m));
     kiln_model_info mi;
@@ -352,6 +358,83 @@ TEST(mkmodel_generated_llama_runs_without_nan) { run_generated("test-llama", KIL
 
 /* The small MoE shape with Q4_K experts (3-D tensors, F32 router) runs a few tokens without NaN. */
 TEST(mkmodel_generated_qwen3moe_runs_without_nan) { run_generated("qwen3moe-tiny", KILN_TYPE_Q4_K, STORIES_VOCAB); }
+
+/* --expert-codes: the 3-D expert tensors are random codes whose every block carries the fixed scales (Q4_K: d =
+ * std/260, dmin = 7.5 d), their dequantized values have about the planned std and mean 0, the same bytes come out
+ * for any thread count, every other tensor is byte-identical to the normal file, and the model runs; unsupported
+ * types and shapes without experts are refused, leaving no file. */
+static kiln_status make_codes(const char *shape, uint32_t type, int threads, const char *out) {
+    kiln_mk_opts o = {.shape = shape, .type = type, .vocab = test_shared(STORIES_VOCAB), .seed = 11, .out = out,
+                      .n_threads = threads, .expert_codes = true};
+    return kiln_mkmodel(&o, NULL);
+}
+
+TEST(mkmodel_expert_codes_fixed_scales_and_the_rest_unchanged) {
+    char a[512], b[512], n[512];
+    snprintf(a, sizeof a, "%s/codes-a.gguf", test_tmpdir());
+    snprintf(b, sizeof b, "%s/codes-b.gguf", test_tmpdir());
+    snprintf(n, sizeof n, "%s/codes-n.gguf", test_tmpdir());
+    REQUIRE_OK(make_codes("qwen3moe-tiny", KILN_TYPE_Q4_K, 3, a));
+    REQUIRE_OK(make_codes("qwen3moe-tiny", KILN_TYPE_Q4_K, 1, b));
+    REQUIRE_OK(make("qwen3moe-tiny", KILN_TYPE_Q4_K, test_shared(STORIES_VOCAB), 11, 2, n, NULL));
+    size_t na, nb;
+    char *da = test_read_file(a, &na), *db = test_read_file(b, &nb);
+    REQUIRE(da && db);
+    CHECK(na == nb && !memcmp(da, db, na));
+    free(da);
+    free(db);
+    gguf_file *fa, *fn;
+    REQUIRE_OK(gguf_open(a, &fa));
+    if (gguf_open(n, &fn) != KILN_OK) { gguf_close(fa); REQUIRE(0); }
+    CHECK_EQ_INT(gguf_n_tensors(fa), gguf_n_tensors(fn));
+    const uint16_t hd = kiln_f32_to_f16(0.02f / 260.0f), hm = kiln_f32_to_f16(0.02f / 260.0f * 7.5f);
+    int n_codes = 0, n_same = 0;
+    float *row = malloc(sizeof(float) * 4096);
+    REQUIRE(row);
+    for (size_t i = 0; i < gguf_n_tensors(fa) && i < gguf_n_tensors(fn); i++) {
+        const gguf_tensor *t = gguf_tensor_at(fa, i), *u = gguf_tensor_at(fn, i);
+        REQUIRE(t->type == u->type && t->nbytes == u->nbytes && t->ne[0] <= 4096);
+        if (t->n_dims != 3) {
+            n_same += !memcmp(t->data, u->data, t->nbytes);
+            continue;
+        }
+        n_codes++;
+        CHECK_EQ_INT(t->type, KILN_TYPE_Q4_K);
+        const uint8_t *d = t->data;
+        int bad_scale = 0;
+        for (uint64_t o = 0; o < t->nbytes; o += 144) {
+            uint16_t h0, h1;
+            memcpy(&h0, d + o, 2);
+            memcpy(&h1, d + o + 2, 2);
+            bad_scale += h0 != hd || h1 != hm;
+        }
+        const size_t rb = kiln_row_bytes(t->type, t->ne[0]);
+        double sum = 0, sq = 0, cnt = 0;
+        for (uint64_t r = 0; r < t->ne[1] * t->ne[2]; r++) {
+            kiln_type_get(t->type)->to_float(d + r * rb, row, (int64_t)t->ne[0]);
+            for (uint64_t c = 0; c < t->ne[0]; c++) sum += row[c], sq += (double)row[c] * row[c], cnt++;
+        }
+        const double mean = sum / cnt, sd = sqrt(sq / cnt - mean * mean);
+        CHECKF(bad_scale == 0 && sd > 0.01 && sd < 0.04 && fabs(mean) < 0.1 * sd && memcmp(t->data, u->data, t->nbytes),
+               "%.*s: %d blocks with other scales, mean %g, std %g (planned 0.02)", (int)t->name.len, t->name.ptr,
+               bad_scale, mean, sd);
+    }
+    free(row);
+    CHECK_EQ_INT(n_codes, 3 * kiln_mk_find_shape("qwen3moe-tiny")->n_layer);
+    CHECK_EQ_INT(n_same + n_codes, gguf_n_tensors(fa));
+    gguf_close(fa);
+    gguf_close(fn);
+    run_generated_file("qwen3moe-tiny", a);
+    char e[512], et[600];
+    snprintf(e, sizeof e, "%s/codes-e.gguf", test_tmpdir());
+    snprintf(et, sizeof et, "%s.tmp", e);
+    CHECK_EQ_INT(make_codes("qwen3moe-tiny", KILN_TYPE_Q5_1, 1, e), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "q5_1") != NULL);
+    CHECK_EQ_INT(make_codes("test-llama", KILN_TYPE_Q4_K, 1, e), KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_last_error(), "no expert tensors") != NULL);
+    struct stat st;
+    CHECK(stat(e, &st) != 0 && stat(et, &st) != 0);
+}
 
 TEST(mkmodel_generated_qwen3_runs_without_nan) {
     run_generated("test-qwen3", KILN_TYPE_F16, "models/tokenizers/qwen3");

@@ -232,10 +232,43 @@ typedef struct mk_run {
     size_t row_bytes;
     kiln_from_float_fn from_float;
     FILE *progress;
-    bool tty;
+    bool tty, expert_codes;
     uint64_t done_bytes, t0;
     int last_decile;
 } mk_run;
+
+/* Random codes for a block type: every byte of a block drawn at random, then its F16 scale fields set so that
+ * the weights have about the tensor's std and mean 0 (Q8_0: d*q, q in -128..127, sd 73.9 d; Q4_0: d*(q-8),
+ * sd 4.61 d; Q4_K: d*sc*q - dmin*m with sc, m in 0..63, q in 0..15: dmin = 7.5 d centres it, sd ~260 d). */
+typedef struct mk_codes { uint32_t type; int dmin_at; float d_per_std, dmin_per_d; } mk_codes;
+static const mk_codes MK_CODES[] = {
+    {KILN_TYPE_Q8_0, -1, 1.0f / 73.9f, 0.0f},
+    {KILN_TYPE_Q4_0, -1, 1.0f / 4.61f, 0.0f},
+    {KILN_TYPE_Q4_K, 2, 1.0f / 260.0f, 7.5f},
+};
+
+static const mk_codes *codes_of(uint32_t type) {
+    for (size_t i = 0; i < sizeof MK_CODES / sizeof MK_CODES[0]; i++)
+        if (MK_CODES[i].type == type) return &MK_CODES[i];
+    return NULL;
+}
+
+/* Row `row` of tensor t as random codes (d: row_bytes bytes); the same bytes for the same seed. */
+static void codes_row(const mk_codes *c, uint64_t seed, const kiln_mk_tensor *t, uint64_t row, uint8_t *d,
+                      size_t row_bytes) {
+    uint64_t s = mix64(mix64(seed ^ name_hash(t->name)) + row * MK_GOLDEN);
+    for (size_t i = 0; i < row_bytes; i += 8) {
+        s += MK_GOLDEN;
+        uint64_t z = mix64(s);
+        memcpy(d + i, &z, row_bytes - i < 8 ? row_bytes - i : 8);
+    }
+    const size_t bb = kiln_type_get(c->type)->type_size;
+    const uint16_t hd = kiln_f32_to_f16(t->std * c->d_per_std), hm = kiln_f32_to_f16(t->std * c->d_per_std * c->dmin_per_d);
+    for (size_t b = 0; b < row_bytes; b += bb) {
+        memcpy(d + b, &hd, 2);  /* d is the first field of each of these blocks */
+        if (c->dmin_at >= 0) memcpy(d + b + c->dmin_at, &hm, 2);
+    }
+}
 
 static void gen_worker(void *ctx, int ith, int nth) {
     mk_run *r = ctx;
@@ -243,9 +276,12 @@ static void gen_worker(void *ctx, int ith, int nth) {
     int lo, hi;
     kiln_split((int)(t->ne[1] * t->ne[2]), ith, nth, &lo, &hi);  /* the rows of every matrix, one stream each */
     float *buf = r->scratch + (size_t)ith * (size_t)r->stride;
+    const mk_codes *codes = r->expert_codes && t->n_dims == 3 ? codes_of(t->type) : NULL;
     for (int row = lo; row < hi; row++) {
         uint8_t *d = r->dst + (size_t)row * r->row_bytes;
-        if (t->type == KILN_TYPE_F32) {
+        if (codes) {
+            codes_row(codes, r->seed, t, (uint64_t)row, d, r->row_bytes);
+        } else if (t->type == KILN_TYPE_F32) {
             kiln_mk_fill_row(r->seed, t->name, (uint64_t)row, t->std, (float *)(void *)d, (int64_t)t->ne[0]);
         } else {
             kiln_mk_fill_row(r->seed, t->name, (uint64_t)row, t->std, buf, (int64_t)t->ne[0]);
@@ -439,6 +475,11 @@ kiln_status kiln_mkmodel(const kiln_mk_opts *o, kiln_mk_result *result) {
         st = gguf_set_u32(w, key, n_vocab);
     }
     if (!st) st = kiln_mk_plan_make(shape, o->n_layer, (int)n_vocab, o->type, &plan);
+    if (!st && o->expert_codes && !shape->n_expert)
+        st = kiln_fail(KILN_ERR_INVALID_ARG, "--expert-codes: shape %s has no expert tensors", shape->name);
+    if (!st && o->expert_codes && !codes_of(o->type))
+        st = kiln_fail(KILN_ERR_INVALID_ARG, "--expert-codes: type %s has no random-code layout (q4_0, q8_0, q4_K)",
+                       kiln_type_get(o->type)->name);
     /* Every planned type needs a quantizer (F32 is copied). */
     for (int i = 0; !st && i < plan.n_tensors; i++) {
         const kiln_mk_tensor *t = &plan.tensors[i];
@@ -477,6 +518,7 @@ kiln_status kiln_mkmodel(const kiln_mk_opts *o, kiln_mk_result *result) {
     }
     if (!st) {
         mk_run run = {.plan = &plan, .seed = o->seed, .pool = pool, .scratch = scratch, .stride = stride,
+                      .expert_codes = o->expert_codes,
                       .progress = o->progress, .tty = o->progress && isatty(fileno(o->progress)), .t0 = kiln_now_ns()};
         st = gguf_writer_write(w, o->out, gen_tensor, &run);
         if (run.tty) fputc('\n', o->progress);
