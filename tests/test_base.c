@@ -158,8 +158,8 @@ TEST(base_pool_for_takes_over_a_stalled_workers_share) {
     }
 }
 
-/* After a stall (a worker stopped 300 ms inside a chunk, far longer than the rest of the run takes, even under
- * qemu) the caller computes the next run alone, in one call. */
+/* After a long stall (a worker stopped 300 ms inside a chunk, far longer than the rest of the run takes, even under
+ * qemu, and over the pool's 20 ms) the caller computes the next run alone, in one call. */
 TEST(base_pool_for_runs_alone_after_a_stall) {
     static for_ctx c;
     for (int tries = 0; tries < 50; tries++) {
@@ -181,6 +181,66 @@ TEST(base_pool_for_runs_alone_after_a_stall) {
         kiln_pool_close(p);
     }
     test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
+}
+
+/* A short stall: worker 1 stops 8 ms inside its first chunk of a 256-item run (a quiet machine's lost tick, under the
+ * pool's 20 ms). Returns whether it slept (then the caller waited for it). */
+static bool short_stall_run(kiln_pool *p, for_ctx *c, int run) {
+    memset(c, 0, sizeof *c);
+    c->n = 256, c->grain = 1, c->size = 2, c->sleep_ith = 1, c->sleep_us = 8000;
+    kiln_pool_for(p, c->n, c->grain, for_work, c);
+    for_check(c, "short stall", run);
+    return c->slept;
+}
+
+/* One run of FOR_MAX items with no sleeper; returns how many calls computed it (1: the caller alone). */
+static int plain_run_calls(kiln_pool *p, for_ctx *c, int run) {
+    memset(c, 0, sizeof *c);
+    c->n = FOR_MAX, c->grain = 1, c->size = 2, c->sleep_ith = -1, c->item_work = 1000;
+    kiln_pool_for(p, c->n, c->grain, for_work, c);
+    for_check(c, "plain run", run);
+    return c->calls;
+}
+
+/* A lone short stall is not a sign of an oversubscribed machine: a later run still uses both threads (tries until
+ * the worker slept in a run, then up to 20 runs for one computed on both threads: a worker may wake too late for a
+ * given run). */
+TEST(base_pool_for_a_lone_short_stall_keeps_the_threads) {
+    static for_ctx c;
+    bool slept = false, shared = false;
+    for (int tries = 0; tries < 50 && !shared && !test_failures(); tries++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        bool now = false; /* a fresh pool's worker may start after the caller did every chunk: try a few runs */
+        for (int run = 0; run < 40 && !now && !test_failures(); run++) now = short_stall_run(p, &c, run);
+        if (now) {
+            slept = true;
+            for (int run = 0; run < 20 && !shared && !test_failures(); run++) shared = plain_run_calls(p, &c, run) > 1;
+        }
+        kiln_pool_close(p);
+    }
+    CHECKF(slept && shared, "worker slept in some try: %d; after one short stall a later run used both threads: %d",
+           slept, shared);
+}
+
+/* Three short stalls within the pool's window are a sign: the next run is computed alone, in one call. */
+TEST(base_pool_for_runs_alone_after_three_short_stalls) {
+    static for_ctx c;
+    for (int tries = 0; tries < 50 && !test_failures(); tries++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        int stalls = 0;
+        for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, &c, run);
+        if (stalls == 3) {
+            const int calls = plain_run_calls(p, &c, 0);
+            CHECKF(calls == 1 && c.by[c.n - 1] == 0, "after three short stalls: %d calls, last item on thread %d", calls,
+                   (int)c.by[c.n - 1]);
+            kiln_pool_close(p);
+            return;
+        }
+        kiln_pool_close(p);
+    }
+    test_failf(__FILE__, __LINE__, "the worker never slept in three of 40 runs, in 50 tries");
 }
 
 /* What the workers count during a chunked run goes to the caller's sink: every item allocates once, on whichever

@@ -28,14 +28,21 @@ static inline void cpu_relax(void) {
 /* chunks per thread of a run: enough for a busy thread's share to be taken over in pieces */
 #define CHUNKS_PER_THREAD 16
 /* Signs of an oversubscribed machine, where more threads only slow the caller down:
- *  - a stall: the caller waited for claimed chunks longer than its own part of the run took, plus STALL_SLACK_NS
- *    (on a quiet machine the wait is at most one chunk): a thread was descheduled inside a chunk;
+ *  - stalls: the caller waited for claimed chunks longer than its own part of the run took, plus STALL_SLACK_NS
+ *    (on a quiet machine the wait is at most one chunk): a thread was descheduled inside a chunk. One stall longer
+ *    than STALL_LONG_NS is a sign; shorter ones are a sign when STALL_SIGNS of them fall within STALL_WINDOW
+ *    parallel runs. (A quiet 2-core VM shows a lone 0.4-2.4 ms stall every few thousand runs, a vCPU or a kernel
+ *    thread taking the core for a tick; when each lone one started a solo stretch, 1B decode of 4 sequences on 2
+ *    threads ran alone for over half its runs: 25 tok/s instead of 39.6, bench/RESULTS.md.)
  *  - a low CPU share: over SAMPLES sampled runs (one run in SAMPLE_EVERY), the caller's thread ran less than
  *    MIN_CPU_SHARE of their wall time (other threads, or its own workers, took its core).
  * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others),
  * and tries its threads again after the stretch: SOLO_RUNS runs, doubling while the signs recur up to
  * SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a sign bring it back to SOLO_RUNS. */
 #define STALL_SLACK_NS 200000
+#define STALL_LONG_NS 20000000
+#define STALL_SIGNS 3
+#define STALL_WINDOW 1024
 #define SAMPLE_EVERY 8
 #define SAMPLES 32
 #define MIN_CPU_SHARE 0.85
@@ -70,6 +77,7 @@ struct kiln_pool {
     int solo_left;           /* runs still to compute alone */
     int solo_next;           /* the length of the next solo stretch */
     int calm_runs;           /* parallel runs since the last sign of oversubscription */
+    int stalls, stall_runs;  /* short stalls in the current window of stall_runs parallel runs */
     unsigned runs;           /* parallel runs, for the sampling */
     int samples;             /* sampled runs in the current window, their thread CPU time and wall time */
     uint64_t sample_cpu_ns, sample_wall_ns;
@@ -235,10 +243,19 @@ static void note_busy(kiln_pool *p, bool busy) {
         return;
     }
     p->calm_runs = 0;
+    p->stalls = p->stall_runs = 0;
     p->solo_left = p->solo_next;
     p->solo_next = p->solo_next * 2 < SOLO_RUNS_MAX ? p->solo_next * 2 : SOLO_RUNS_MAX;
     p->samples = 0;
     p->sample_cpu_ns = p->sample_wall_ns = 0;
+}
+
+/* After a parallel run whose caller waited wait_ns for claimed chunks, having computed its own part in own_ns:
+ * whether the stalls so far are a sign (see STALL_SIGNS). */
+static bool stall_sign(kiln_pool *p, uint64_t own_ns, uint64_t wait_ns) {
+    if (++p->stall_runs > STALL_WINDOW) p->stall_runs = 1, p->stalls = 0;
+    if (wait_ns <= own_ns + STALL_SLACK_NS) return false;
+    return wait_ns > STALL_LONG_NS || ++p->stalls >= STALL_SIGNS;
 }
 
 void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *ctx) {
@@ -264,7 +281,7 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     const uint64_t t1 = kiln_now_ns();
     wait_done(p, n_chunks);
     const uint64_t t2 = kiln_now_ns();
-    bool busy = t2 - t1 > t1 - t0 + STALL_SLACK_NS;
+    bool busy = stall_sign(p, t1 - t0, t2 - t1);
     if (sample) busy |= cpu_share_low(p, thread_cpu_ns() - c0, t2 - t0);
     note_busy(p, busy);
 }
