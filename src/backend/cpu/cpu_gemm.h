@@ -28,6 +28,14 @@ typedef struct cpu_gemm_args {
     size_t out_stride;
 } cpu_gemm_args;
 
+/* The plain dot of one activation row against weight rows in turn (types without a rows kernel: the K-quants,
+ * F16, ...) prefetches the row CPU_PREFETCH_ROWS ahead, every cache line of it: streamed from memory, Q4_K and
+ * Q6_K dots ran 12-31% faster so than with the hardware prefetcher alone (bench/RESULTS.md). */
+#define CPU_PREFETCH_ROWS 2
+static inline void cpu_prefetch_row(const void *row, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o);
+}
+
 /* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 

@@ -64,7 +64,11 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
         const cpu_gemm_fn rows = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
         if (rows) rows(&a, lo, hi, 0, j->B);
-        else for (int r = lo; r < hi; r++) dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx); /* the plain dot */
+        else
+            for (int r = lo; r < hi; r++) { /* the plain dot */
+                if (r + CPU_PREFETCH_ROWS < hi) cpu_prefetch_row(w + (size_t)(r + CPU_PREFETCH_ROWS) * j->wrow, j->wrow);
+                dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
+            }
         return;
     }
     const cpu_gemm_fn gemm = cpu_gemm_select(dot);
