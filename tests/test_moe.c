@@ -161,7 +161,9 @@ TEST(cpu_moe_matches_scalar_reference_for_expert_types) {
      * expert, weight or routing is off by O(1). */
     static const struct { uint32_t type; double tol; } types[] = {
         {KILN_TYPE_F32, 1e-5}, {KILN_TYPE_F16, 2e-3}, {KILN_TYPE_Q8_0, 4e-2}, {KILN_TYPE_Q4_0, 4e-2},
-        {KILN_TYPE_Q4_K, 4e-2}, {KILN_TYPE_Q5_K, 4e-2}, {KILN_TYPE_Q6_K, 4e-2},
+        {KILN_TYPE_Q4_K, 4e-2}, {KILN_TYPE_Q5_K, 4e-2}, {KILN_TYPE_Q6_K, 4e-2}, {KILN_TYPE_BF16, 2e-2},
+        {KILN_TYPE_Q4_1, 4e-2}, {KILN_TYPE_Q5_0, 4e-2}, {KILN_TYPE_Q5_1, 4e-2}, {KILN_TYPE_Q2_K, 4e-2},
+        {KILN_TYPE_Q3_K, 4e-2},
     };
     static float x[NB * E], out[NB * E], one[E];
     static moe_case c;
