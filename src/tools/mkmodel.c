@@ -86,12 +86,17 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
+/* The start of row `row`'s random stream in the tensor called name: each draw adds MK_GOLDEN and mixes. */
+static uint64_t row_stream(uint64_t seed, const char *name, uint64_t row) {
+    return mix64(mix64(seed ^ name_hash(name)) + row * MK_GOLDEN);
+}
+
 void kiln_mk_fill_row(uint64_t seed, const char *name, uint64_t row, float std, float *y, int64_t n) {
     if (std == 0.0f) {
         for (int64_t i = 0; i < n; i++) y[i] = 1.0f;
         return;
     }
-    uint64_t s = mix64(mix64(seed ^ name_hash(name)) + row * MK_GOLDEN);
+    uint64_t s = row_stream(seed, name, row);
     const float scale = std / MK_IRWIN_HALL4_STD;
     for (int64_t i = 0; i < n; i++) {
         s += MK_GOLDEN;
@@ -256,7 +261,7 @@ static const mk_codes *codes_of(uint32_t type) {
 /* Row `row` of tensor t as random codes (d: row_bytes bytes); the same bytes for the same seed. */
 static void codes_row(const mk_codes *c, uint64_t seed, const kiln_mk_tensor *t, uint64_t row, uint8_t *d,
                       size_t row_bytes) {
-    uint64_t s = mix64(mix64(seed ^ name_hash(t->name)) + row * MK_GOLDEN);
+    uint64_t s = row_stream(seed, t->name, row);
     for (size_t i = 0; i < row_bytes; i += 8) {
         s += MK_GOLDEN;
         uint64_t z = mix64(s);
