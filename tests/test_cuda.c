@@ -88,7 +88,26 @@ static double rel_err(const float *y, const double *ref, size_t n) {
 }
 
 static const uint32_t kernel_types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0,
-                                        KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+                                        KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1,
+                                        KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+
+/* The types whose decode matvec quantizes its input to 8-bit blocks, as the reference engine does for them. */
+static bool q8_input(uint32_t t) { return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1; }
+
+/* For those types, the scalar reference of one weight row: the CPU's scalar dot against the input quantized by
+ * the reference engine's activation quantizer (q: a buffer of kiln_row_bytes(vec_dot_type, in) bytes). */
+static double q8_row_dot(uint32_t type, const void *w, int in, int row, const float *x, void *q) {
+    const kiln_type_info *ti = kiln_type_get(type);
+    float s;
+    kiln_quantize_row_for_dot(type, x, q, in);
+    ti->vec_dot(in, &s, (const uint8_t *)w + (size_t)row * kiln_row_bytes(type, (uint64_t)in), q);
+    return s;
+}
+
+/* The matvec's tolerance (relative L2) against its reference: float inputs 2e-5; the 8-bit inputs can round a
+ * level differently where the RMSNorm factor differs in its last bit (one level moves a row by ~1e-3), 1e-4
+ * (float inputs would be ~5e-3 off their reference). */
+static double mv_tolerance(uint32_t t) { return q8_input(t) ? 1e-4 : 2e-5; }
 
 /* Quantizes a random out x in matrix with the reference quantizer; *deq receives its exact values. */
 static void *random_weight(uint64_t *rng, uint32_t type, int in, int out, float **deq) {
@@ -119,6 +138,8 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
             float *deq;
             void *w = random_weight(&rng, type, in, out, &deq);
             float *x = malloc(sizeof(float) * in), *nw = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
+            float *xn = malloc(sizeof(float) * in);
+            void *qx = malloc(kiln_row_bytes(KILN_TYPE_Q8_1, (uint64_t)in));
             double *ref = malloc(sizeof(double) * out);
             fill_normal(&rng, x, (size_t)in, 1.0f);
             fill_normal(&rng, nw, (size_t)in, 1.0f);
@@ -127,18 +148,20 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
                 double ss = 0;
                 for (int k = 0; k < in; k++) ss += (double)x[k] * x[k];
                 const double scale = 1.0 / sqrt(ss / in + 1e-5);
+                for (int k = 0; k < in; k++) xn[k] = norm ? x[k] * (float)scale * nw[k] : x[k];
                 for (int r = 0; r < out; r++) {
                     double acc = 0;
                     for (int k = 0; k < in; k++)
                         acc += (double)deq[(size_t)r * in + k] * (norm ? x[k] * scale * nw[k] : x[k]);
-                    ref[r] = acc;
+                    ref[r] = q8_input(type) ? q8_row_dot(type, w, in, r, xn, qx) : acc;
                 }
                 for (int r = 0; r < out; r++) y[r] = NAN;
                 CHECK_OK(kiln_cuda_test_matvec(type, w, in, out, x, norm ? nw : NULL, y));
                 const double e = rel_err(y, ref, (size_t)out);
-                CHECKF(e < 2e-5, "matvec %s %dx%d norm=%d: relative error %.3g", ti->name, out, in, norm, e);
+                CHECKF(e < mv_tolerance(type), "matvec %s %dx%d norm=%d: relative error %.3g", ti->name, out, in,
+                       norm, e);
             }
-            free(w), free(deq), free(x), free(nw), free(y), free(ref);
+            free(w), free(deq), free(x), free(nw), free(y), free(ref), free(xn), free(qx);
         }
     }
 }
@@ -150,18 +173,25 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
                               double *ref, double *kv_ref) {
     const int in = t->in, out = t->out;
     const size_t kv_n = t->kind == KILN_MVB_QKV ? (size_t)t->n_seq * t->n_ctx * t->nk : 0;
+    float *xn = malloc(sizeof(float) * in);
+    void *qx = malloc(kiln_row_bytes(KILN_TYPE_Q8_1, (uint64_t)in));
     for (size_t i = 0; i < 2 * kv_n; i++) kv_ref[i] = 0;
     for (int r = 0; r < t->nr; r++) {
         const float *x = t->x + (size_t)r * in;
         double ss = 0, *yr = ref + (size_t)r * out;
         for (int k = 0; k < in; k++) ss += (double)x[k] * x[k];
         const double scale = t->norm_w ? 1.0 / sqrt(ss / in + 1e-5) : 1.0;
+        for (int k = 0; k < in; k++) xn[k] = x[k] * (float)scale * (t->norm_w ? t->norm_w[k] : 1.0f);
         for (int o = 0; o < out; o++) {
             double a0 = 0, a1 = 0;
-            for (int k = 0; k < in; k++) {
+            for (int k = 0; k < in && !q8_input(t->type); k++) {
                 const double xv = x[k] * scale * (t->norm_w ? t->norm_w[k] : 1.0f);
                 a0 += deq[(size_t)o * in + k] * xv;
                 if (deq1) a1 += deq1[(size_t)o * in + k] * xv;
+            }
+            if (q8_input(t->type)) {
+                a0 = q8_row_dot(t->type, t->w, in, o, xn, qx);
+                if (deq1) a1 = q8_row_dot(t->type, t->w1, in, o, xn, qx);
             }
             yr[o] = t->kind == KILN_MVB_ADD ? y_in[(size_t)r * out + o] + a0
                     : t->kind == KILN_MVB_SWIGLU ? a0 / (1.0 + exp(-a0)) * a1 : a0;
@@ -177,6 +207,7 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
         double *kc = kv_ref + ((size_t)t->seq[r] * t->n_ctx + t->pos[r]) * t->nk;
         for (int j = 0; j < t->nk; j++) kc[j] = yr[t->nq + j], kc[kv_n + j] = yr[t->nq + t->nk + j];
     }
+    free(xn), free(qx);
 }
 
 /* Row r of an nr-row call, alone: the same call with x, y (and pos, seq) of that row only. */
@@ -198,7 +229,7 @@ static const char *const mvb_names[] = {"store", "add", "qkv", "swiglu", "logits
 TEST(cuda_matvec_rows_match_reference_and_single_rows) {
     if (!gpu_ready()) return;
     uint64_t rng = 0x5EED5;
-    const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K, KILN_TYPE_F16};
+    const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K, KILN_TYPE_F16, KILN_TYPE_Q5_1};
     const int in = 1024, n_seq = 3, n_ctx = 8, hd = 64, n_rot = 64;
     float freq[32];
     for (int i = 0; i < 32; i++) freq[i] = powf(10000.0f, -2.0f * i / n_rot);
@@ -240,8 +271,8 @@ TEST(cuda_matvec_rows_match_reference_and_single_rows) {
                         num += d * d, den += ref[(size_t)r * out + o] * ref[(size_t)r * out + o];
                     }
                     const double e = sqrt(num / (den > 0 ? den : 1));
-                    CHECKF(e < 2e-5, "%s %s nr=%d row %d: relative error %.3g", kiln_type_get(types[ti])->name,
-                           mvb_names[kind], nr, r, e);
+                    CHECKF(e < mv_tolerance(types[ti]), "%s %s nr=%d row %d: relative error %.3g",
+                           kiln_type_get(types[ti])->name, mvb_names[kind], nr, r, e);
                     if (kind == KILN_MVB_LOGITS) {
                         const int32_t best = test_argmax(y + (size_t)r * out, out);
                         CHECKF(am[r] == best, "logits nr=%d row %d: argmax %d, logits say %d", nr, r, am[r], best);
@@ -547,7 +578,10 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         }
         printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's", rel, worst, same);
         if (same < 50 && same < n_want) {
-            /* a departure is accepted only where llama.cpp itself had a near-tie */
+            /* a departure is accepted only where llama.cpp itself had a near-tie. TinyStories Q4_1 leaves at
+             * step 19 (gap 0.0103): the reference's CPU attention rounds q and the softmax probabilities to
+             * F16 (kiln's CPU backend does too), the split decode attention here does not; without those two
+             * roundings kiln's CPU leaves at the same step (bench/RESULTS.md, native Q4_1/Q5_x) */
             const double gap = ref_gap(refs[f], same);
             printf(" (departs at step %zu where llama.cpp's top-1/top-2 gap is %.4f)", same, gap);
             CHECKF(gap < 0.02, "%s: only %zu greedy ids equal to llama.cpp's, and its gap there is %.4f", rel, same, gap);

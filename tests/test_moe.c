@@ -427,8 +427,8 @@ TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
     if (!test_gpu_ready()) return;
     kiln_formats_init();
     /* the device reads the exact dequantized weights and keeps the activations in float */
-    static const uint32_t types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0,
-                                     KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static const uint32_t types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0,
+                                     KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     static moe_case c;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         make_case(&c, types[ti], 3000 + ti);
@@ -445,8 +445,8 @@ TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
 TEST(cuda_moe_grouped_matches_scalar_reference_for_expert_types) {
     if (!test_gpu_ready()) return;
     kiln_formats_init();
-    static const uint32_t types[] = {KILN_TYPE_F32, KILN_TYPE_F16, KILN_TYPE_BF16, KILN_TYPE_Q8_0,
-                                     KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static const uint32_t types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0,
+                                     KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     static moe_case c;
     static float x[NG * E], xn[NG * E], nw[E];
     for (int i = 0; i < E; i++) nw[i] = 1.0f;

@@ -211,7 +211,8 @@ static kiln_status stage_next(cuda_state *s, int *i) {
 }
 
 /* Uploads the rows of src into dst (a view whose rows start at row_off), through pinned memory: copied,
- * repacked on the device (Q8_0, Q4_0, Q6_K), or converted to F16 on the host (types without a kernel). */
+ * repacked on the device (the types with metadata slots, ck_layout), or converted to F16 on the host (types
+ * without a kernel). */
 static kiln_status upload_matrix(cuda_state *s, const kiln_weight *src, const dev_weight *dst, int row_off) {
     const int in = (int)src->ne[0], rows = (int)src->ne[1];
     const size_t src_row = kiln_row_bytes(src->type, (uint64_t)in);
@@ -239,13 +240,11 @@ static kiln_status upload_matrix(cuda_state *s, const kiln_weight *src, const de
         }
         const size_t bytes = (size_t)nr * stage_row;
         uint8_t *dq = (uint8_t *)dst->q + (size_t)(row_off + r0) * (size_t)dst->row_bytes;
-        if (dst->type == CK_Q8_0 || dst->type == CK_Q4_0 || dst->type == CK_Q6_K) {
+        const ck_layout L = ck_layout_of(dst->type);
+        if (L.meta_slot) {
             CU_TRY(cudaMemcpyAsync(dev_stage[i], s->h_stage[i], bytes, cudaMemcpyHostToDevice, s->stream), "upload");
-            const int bb = dst->type == CK_Q8_0 ? 34 : dst->type == CK_Q4_0 ? 18 : 210;
-            const int doff = dst->type == CK_Q6_K ? 208 : 0, qoff = dst->type == CK_Q6_K ? 0 : 2;
-            const int qlen = dst->type == CK_Q8_0 ? 32 : dst->type == CK_Q4_0 ? 16 : 208;
             __half *dd = (__half *)dst->d + (size_t)(row_off + r0) * dst->d_per_row;
-            ck_repack(dev_stage[i], (long long)nr * dst->d_per_row, bb, doff, qoff, qlen, dq, dd, s->stream);
+            ck_repack(dev_stage[i], (long long)nr * (in / L.values), L, dq, dd, s->stream);
             CU_TRY(cudaGetLastError(), "upload: repack kernel");
         } else {
             CU_TRY(cudaMemcpyAsync(dq, s->h_stage[i], bytes, cudaMemcpyHostToDevice, s->stream), "upload");

@@ -32,23 +32,14 @@ static inline kiln_status cuda_fail(cudaError_t e, const char *what) {
         if (e_ != cudaSuccess) return cuda_fail(e_, what); \
     } while (0)
 
-static inline bool type_has_kernel(uint32_t t) {
-    return t == CK_F32 || t == CK_F16 || t == CK_BF16 || t == CK_Q8_0 || t == CK_Q4_0 || t == CK_Q4_K || t == CK_Q6_K;
-}
+static inline bool type_has_kernel(uint32_t t) { return t < 64 && ck_layout_of((int)t).values > 0; }
 
-/* Device layout of a matrix of `type` (after conversion): q bytes per row, scales per row. */
+/* Device layout of a matrix of `type` (after conversion): q bytes per row, metadata halves per row. */
 static inline void dev_geometry(uint32_t type, int in, long long *row_bytes, int *d_per_row) {
-    *d_per_row = 0;
-    switch (type) {
-    case CK_F32: *row_bytes = (long long)in * 4; break;
-    case CK_F16:
-    case CK_BF16: *row_bytes = (long long)in * 2; break;
-    case CK_Q8_0: *row_bytes = in, *d_per_row = in / 32; break;
-    case CK_Q4_0: *row_bytes = in / 2, *d_per_row = in / 32; break;
-    case CK_Q4_K: *row_bytes = (long long)(in / 256) * 144; break;
-    case CK_Q6_K: *row_bytes = (long long)(in / 256) * 208, *d_per_row = in / 256; break;
-    default: *row_bytes = 0; break;
-    }
+    const ck_layout L = ck_layout_of((int)type);
+    const long long blocks = L.values ? in / L.values : 0;
+    *row_bytes = blocks * L.q_len;
+    *d_per_row = (int)(blocks * L.meta_slot / 2);
 }
 
 static inline size_t align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }

@@ -16,6 +16,7 @@
 
 #include <math.h>
 
+#include <type_traits>
 #include <utility>
 
 #define MV_THREADS 256
@@ -82,6 +83,11 @@ template <int T> struct raw16 {
     uint32_t m[T == CK_Q4_K ? 4 : 2]; /* scale words */
 };
 
+/* 16-value units a lane of a matvec keeps in flight per step (the wider types take more registers). */
+template <int T> static __host__ __device__ constexpr int mv_units() {
+    return T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
+}
+
 /* Loads values k0..k0+15 of row `row`; values past w.in read as 0. */
 template <int T>
 static __device__ __forceinline__ void load16(const dev_weight &w, int row, int k0, raw16<T> &r) {
@@ -112,6 +118,17 @@ static __device__ __forceinline__ void load16(const dev_weight &w, int row, int 
     } else if constexpr (T == CK_Q4_0) {
         r.q[0] = __ldg((const uint4 *)(rp + (k0 >> 5) * 16));
         r.m[0] = __ldg((const unsigned short *)w.d + (long long)row * w.d_per_row + (k0 >> 5));
+    } else if constexpr (T == CK_Q4_1 || T == CK_Q5_0 || T == CK_Q5_1) {
+        /* 16 nibble bytes per 32 values; the block's metadata slot: d|m (Q4_1), d|qh (Q5_0), d|m, qh (Q5_1) */
+        constexpr int SLOT = ck_layout_of(T).meta_slot / 2;
+        r.q[0] = __ldg((const uint4 *)(rp + (k0 >> 5) * 16));
+        const __half *md = w.d + (long long)row * w.d_per_row + (k0 >> 5) * SLOT;
+        if constexpr (SLOT == 2) {
+            r.m[0] = __ldg((const uint32_t *)md);
+        } else {
+            const uint2 u = __ldg((const uint2 *)md);
+            r.m[0] = u.x, r.m[1] = u.y;
+        }
     } else if constexpr (T == CK_Q4_K) {
         const uint8_t *blk = rp + (k0 >> 8) * 144;
         const int idx = k0 & 255, j = idx >> 6, sub = (idx >> 4) & 1;
@@ -155,6 +172,27 @@ static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, floa
         u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 8.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 8.0f, v + 4);
         u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 8.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 8.0f, v + 12);
         s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_1) {
+        const int shift = (k0 & 16) ? 4 : 0;
+        const uint4 u = r.q[0];
+        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 0.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 0.0f, v + 4);
+        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 0.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 0.0f, v + 12);
+        s = h2f((uint16_t)(r.m[0] & 0xFFFF));
+        b = h2f((uint16_t)(r.m[0] >> 16));
+    } else if constexpr (T == CK_Q5_0 || T == CK_Q5_1) {
+        /* value i of the 16: its nibble, bit 4 from bit i (first half) or 16 + i (second half) of qh */
+        const uint32_t qh = T == CK_Q5_0 ? __funnelshift_r(r.m[0], r.m[1], 16) : r.m[1];
+        const uint32_t hb = qh >> (k0 & 16);
+        const int shift = (k0 & 16) ? 4 : 0;
+        const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            /* 4 bits of hb to bit 0 of each byte (the shifted copies do not overlap) */
+            const uint32_t h = ((((hb >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u) << 4;
+            u8x4_to_f(((lq[i] >> shift) & 0x0F0F0F0Fu) | h, T == CK_Q5_0 ? 16.0f : 0.0f, v + 4 * i);
+        }
+        s = h2f((uint16_t)(r.m[0] & 0xFFFF));
+        if constexpr (T == CK_Q5_1) b = h2f((uint16_t)(r.m[0] >> 16));
     } else if constexpr (T == CK_Q4_K) {
         const int idx = k0 & 255, j = idx >> 6, hi = (idx >> 5) & 1;
         const float d = h2f((uint16_t)(r.m[0] & 0xFFFF)), dmin = h2f((uint16_t)(r.m[0] >> 16));
@@ -266,14 +304,39 @@ template <int R> static __device__ __forceinline__ int mv_rows(const mv_args &a)
     return R == 1 ? 1 : (a.nr < 1 ? 1 : a.nr > R ? R : a.nr);
 }
 
+/* The 8-bit levels of one block of 32 input values that a group of G aligned lanes holds, N each (v, in place):
+ * q = round-half-even(v * 127 / amax), exact in floats, with amax over the block, as the reference engine's
+ * activation blocks have them; the group's first lane stores amax and the sum of the levels at m[0] and m[NB]. */
+template <int N, int G>
+static __device__ __forceinline__ void q8_levels(float *v, float *m, int NB) {
+    const int lane = threadIdx.x & 31;
+    const unsigned mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1) << (lane & ~(G - 1));
+    float amax = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 1; o < G; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, o));
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) v[i] = rintf(v[i] * id), sum += v[i];
+#pragma unroll
+    for (int o = 1; o < G; o <<= 1) sum += __shfl_xor_sync(mask, sum, o);
+    if ((lane & (G - 1)) == 0) m[0] = amax, m[NB] = sum;
+}
+
 /* Prologue: the nr input rows (RMSNorm'ed or not) in shared memory, row r at xs + r * 16 * NUP, each
  * transposed so that lane u of a warp reading value i of its unit (16 values) hits bank (i * NUP + u) % 32:
  * xs[r * 16 * NUP + (k % 16) * NUP + k / 16] = x_r[k] (times the norm weight). With NORM, nred[r][warp]
- * receives the warp's sum of squares of row r. Ends with a barrier. */
-template <int R>
-static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, float *xs, float (*nred)[MV_WARPS]) {
+ * receives the warp's sum of squares of row r. For a type with 8-bit inputs (ck_q8_input; in a multiple of
+ * 32) xs holds each block's levels instead (q8_levels of the values before the RMSNorm factor, which does not
+ * change them but in the last bit) and meta + r * 2 * NB (NB = in / 32) the blocks' amax and level sums (the
+ * factor goes into the blocks' scales, q8_block_scales). Ends with a barrier. */
+template <int T, int R>
+static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, float *xs, float (*nred)[MV_WARPS],
+                                                    float *meta) {
+    constexpr bool Q8 = ck_q8_input(T);
     const int in = a.w0.in, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nr = mv_rows<R>(a);
-    const int in_pad = (in + 15) & ~15;
+    const int in_pad = (in + 15) & ~15, NB = in >> 5;
     const bool norm = a.in_mode == MV_IN_NORM;
     if (R > 1 && (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
         (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
@@ -293,8 +356,10 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
             for (int r = 0; r < R; r++) {
                 float *xr = xs + r * 16 * NUP;
                 if (r < nr) {
+                    float e[4] = {v[r].x * w.x, v[r].y * w.y, v[r].z * w.z, v[r].w * w.w};
+                    if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + (i4 >> 3), NB);
 #define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
-                    XS(i) = v[r].x * w.x, XS(i + 1) = v[r].y * w.y, XS(i + 2) = v[r].z * w.z, XS(i + 3) = v[r].w * w.w;
+                    XS(i) = e[0], XS(i + 1) = e[1], XS(i + 2) = e[2], XS(i + 3) = e[3];
 #undef XS
                 }
                 ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
@@ -325,14 +390,18 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
                 const float4 v = __ldcg((const float4 *)x + i4);
                 const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
                 const int i = 4 * i4;
-                XS(i) = v.x * w.x, XS(i + 1) = v.y * w.y, XS(i + 2) = v.z * w.z, XS(i + 3) = v.w * w.w;
+                float e[4] = {v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w};
+                if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + (i4 >> 3), NB);
+                XS(i) = e[0], XS(i + 1) = e[1], XS(i + 2) = e[2], XS(i + 3) = e[3];
                 ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
         } else {
 #pragma unroll 4
             for (int i = tid; i < in; i += MV_THREADS) {
                 const float v = __ldcg(x + i), w = norm ? __ldg(a.norm_w + i) : 1.0f;
-                XS(i) = v * w;
+                float e = v * w;
+                if constexpr (Q8) q8_levels<1, 32>(&e, meta + r * 2 * NB + (i >> 5), NB);
+                XS(i) = e;
                 ss += v * v;
             }
         }
@@ -344,6 +413,14 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
 #undef XS
     }
     __syncthreads();
+}
+
+/* An 8-bit input block's d = amax / 127 and s = d * (sum of its levels), rounded to half as the reference
+ * engine's activation blocks store them (amax: of the values after the RMSNorm factor). */
+static __device__ __forceinline__ void q8_block_scales(float amax, float level_sum, float &d, float &s) {
+    const float d32 = amax / 127.f;
+    d = __half2float(__float2half_rn(d32));
+    s = __half2float(__float2half_rn(d32 * level_sum));
 }
 
 /* The RMSNorm factor of row r from the warps' sums of squares (1 without NORM). */
@@ -483,7 +560,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
     w1.d = dual ? a.w1.d : a.w0.d;
     /* UN units per lane per step, every load unconditional (rows and units clamped to valid ones, their
      * results dropped) so that all of a step's loads are in flight together */
-    constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
+    constexpr int UN = mv_units<T>();
     /* the rows of pair group pg for this warp: p clamped to a valid pair (`valid` says whether it is one),
      * r1c: r1 clamped to a valid row */
 #define MV_ROWS_OF(pg)                                              \
@@ -515,7 +592,13 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
     } else {
         pdl_wait_then_trigger();
     }
-    matvec_input<R>(a, NUP, xs, nred);
+    constexpr bool Q8 = ck_q8_input(T);
+    const int NB = in >> 5;
+    float *meta = xs + nr * 16 * NUP; /* Q8: the blocks' amax and level sums (matvec_input) */
+    matvec_input<T, R>(a, NUP, xs, nred, meta);
+    float q8_scale[R]; /* Q8: each row's RMSNorm factor (rows past nr: row nr - 1's), applied to its blocks' scales */
+#pragma unroll
+    for (int r = 0; r < R; r++) q8_scale[r] = Q8 ? matvec_scale(a, nred[r < nr ? r : nr - 1]) : 1.0f;
     bool first = EARLY; /* the step in ra, rb is the first one */
 
     float best_v[R];
@@ -539,10 +622,11 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         }
         /* one step: the dot products of units u0, u0 + 32, ... (loaded into ra, rb) with every input row,
          * added to acc0[r], acc1[r] */
-#define MV_DOT_STEP(u0, ra, rb)                                                 \
+#define MV_DOT_STEP(u0, ra, rb, TAIL)                                           \
     _Pragma("unroll") for (int k = 0; k < UN; k++) {                           \
         const int u = (u0) + 32 * k;                                            \
         const bool ok = u < ue;                                                 \
+        if (TAIL && !ok) break; /* this lane's later units too (loads made) */  \
         const int uc = ok ? u : (u0);                                           \
         float v0[16], v1[16], s0, b0, s1, b1;                                   \
         convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
@@ -554,10 +638,20 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
                 const float xv = xp[i * NUP];                                   \
                 d0 = fmaf(v0[i], xv, d0);                                       \
                 d1 = fmaf(v1[i], xv, d1);                                       \
-                if constexpr (T == CK_Q4_K) sx += xv;                           \
+                if constexpr (ck_has_min(T) && !Q8) sx += xv;                   \
             }                                                                   \
             float c0 = s0 * d0, c1 = s1 * d1;                                   \
-            if constexpr (T == CK_Q4_K) c0 += b0 * sx, c1 += b1 * sx;           \
+            if constexpr (Q8) { /* integer sums; the block's min term once, with its first half */ \
+                const int rr = r < nr ? r : nr - 1;                             \
+                const float *mq = meta + rr * 2 * NB + (uc >> 1);               \
+                float dx, sm;                                                   \
+                q8_block_scales(mq[0] * q8_scale[r], mq[NB], dx, sm);           \
+                sm = (uc & 1) ? 0.0f : sm;                                      \
+                c0 = fmaf(s0 * dx, d0, ck_has_min(T) ? b0 * sm : 0.0f);         \
+                c1 = fmaf(s1 * dx, d1, ck_has_min(T) ? b1 * sm : 0.0f);         \
+            } else if constexpr (ck_has_min(T)) {                               \
+                c0 += b0 * sx, c1 += b1 * sx;                                   \
+            }                                                                   \
             acc0[r] += ok ? c0 : 0.0f;                                          \
             acc1[r] += ok ? c1 : 0.0f;                                          \
         }                                                                       \
@@ -565,7 +659,14 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {
             if (!first) MV_LOAD_STEP(u0, ra, rb)
             first = false;
-            MV_DOT_STEP(u0, ra, rb)
+            /* a step where every lane has all UN units runs without branches (the units' arithmetic
+             * interleaves); the last, partial one stops each lane at its last unit (small matrices: most of
+             * a step's units are past the stretch) */
+            if (u0 - lane + 32 * UN <= ue) {
+                MV_DOT_STEP(u0, ra, rb, false)
+            } else {
+                MV_DOT_STEP(u0, ra, rb, true)
+            }
         }
 #undef MV_DOT_STEP
 #pragma unroll
@@ -597,7 +698,7 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= nr) break;
-            const float scale = matvec_scale(a, nred[r]);
+            const float scale = Q8 ? 1.0f : matvec_scale(a, nred[r]); /* Q8: in the blocks' scales */
             matvec_epilogue(a, r, r0, r1, p, has1, acc0[r] * scale, acc1[r] * scale, y0[r], y1[r], pos[r], seq[r],
                             best_v[r], best_i[r]);
         }
@@ -624,6 +725,17 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, 
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);
+}
+
+/* f(std::integral_constant<int, T>{}) for the CK_* type T equal to `type` (nothing for a type without kernels):
+ * a kernel template instantiated for the type a weight has at run time. */
+template <class F> static void ck_with_type(int type, F &&f) {
+    switch (type) {
+#define CK_WITH_CASE(T) case T: f(std::integral_constant<int, T>{}); break;
+        CK_TYPES(CK_WITH_CASE)
+#undef CK_WITH_CASE
+    default: break;
+    }
 }
 
 /* Launches k with the programmatic-serialization attribute when PDL is on for this thread (ck_set_pdl) and

@@ -204,20 +204,18 @@ __global__ void k_swiglu_vec(const float *g, const float *u, int n, float *out) 
     if (i < n) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-__global__ void k_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
-                         uint8_t *dst_q, __half *dst_d) {
+/* Block b of the GGUF rows: its quant bytes to q, its metadata bytes to its slot of d (zero-padded). */
+__global__ void k_repack(const uint8_t *src, long long n_blocks, const ck_layout L, uint8_t *dst_q, __half *dst_d) {
     pdl_wait_then_trigger();
     const long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= n_blocks) return;
-    const uint8_t *s = src + b * block_bytes;
-    uint8_t *q = dst_q + b * q_len;
-    for (int i = 0; i < q_len; i++) q[i] = s[q_off + i];
-    dst_d[b] = __ushort_as_half((uint16_t)(s[d_off] | (s[d_off + 1] << 8)));
+    const uint8_t *s = src + b * L.bytes;
+    uint8_t *q = dst_q + b * L.q_len, *m = (uint8_t *)dst_d + b * L.meta_slot;
+    for (int i = 0; i < L.q_len; i++) q[i] = s[L.q_off + i];
+    for (int i = 0; i < L.meta_slot; i++) m[i] = i < L.meta_len ? s[L.meta_off + i] : 0;
 }
 
 /* ------------------------------------------------------------------ kernel table and launchers */
-
-#define KTYPES(X) X(CK_F32) X(CK_F16) X(CK_BF16) X(CK_Q8_0) X(CK_Q4_0) X(CK_Q4_K) X(CK_Q6_K)
 
 static const struct {
     const void *fn;
@@ -229,7 +227,7 @@ static const struct {
                     {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"},
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
-    KTYPES(MV_ENTRY) KTYPES(GEMM_ENTRY) KTYPES(EMB_ENTRY)
+    CK_TYPES(MV_ENTRY) CK_TYPES(GEMM_ENTRY) CK_TYPES(EMB_ENTRY)
     {(const void *)k_gemm_reduce, "gemm_reduce"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
     {(const void *)k_argmax_rows, "argmax_rows"},
@@ -251,7 +249,9 @@ int ck_kernel_count(void) { return N_TABLE + ck_attn_kernel_count(); }
 const void *ck_kernel_at(int i) { return i < N_TABLE ? kernel_table[i].fn : ck_attn_kernel_at(i - N_TABLE); }
 const char *ck_kernel_name(int i) { return i < N_TABLE ? kernel_table[i].name : ck_attn_kernel_name(i - N_TABLE); }
 
-size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16) * sizeof(float); }
+/* per row: the transposed input (16 * NUP <= padded n + 16 floats) and, for the 8-bit input types, each
+ * 32-value block's scale and sum (matvec_quantize) */
+size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16 + 2 * ((n + 31) / 32)) * sizeof(float); }
 
 size_t ck_matvec_smem_rows(int n, int nr) { return (size_t)(nr > 1 ? nr : 1) * ck_matvec_smem(n); }
 
@@ -266,7 +266,7 @@ cudaError_t ck_set_matvec_smem(size_t bytes) {
 #define MV_ATTR1(T, R)                                                                                           \
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_matvec<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 #define MV_ATTR(T) MV_ATTR1(T, 1) MV_ATTR1(T, 2) MV_ATTR1(T, 4) MV_ATTR1(T, CK_MV_MAX_ROWS)
-    KTYPES(MV_ATTR)
+    CK_TYPES(MV_ATTR)
 #undef MV_ATTR
 #undef MV_ATTR1
     return e;
@@ -287,43 +287,34 @@ int ck_matvec_plan(mv_args &a, int n_sm) {
     return blocks < cap ? blocks : cap;
 }
 
-#define DISPATCH(type, LAUNCH)              \
-    switch (type) {                         \
-    case CK_F32: LAUNCH(CK_F32); break;     \
-    case CK_F16: LAUNCH(CK_F16); break;     \
-    case CK_BF16: LAUNCH(CK_BF16); break;   \
-    case CK_Q8_0: LAUNCH(CK_Q8_0); break;   \
-    case CK_Q4_0: LAUNCH(CK_Q4_0); break;   \
-    case CK_Q4_K: LAUNCH(CK_Q4_K); break;   \
-    case CK_Q6_K: LAUNCH(CK_Q6_K); break;   \
-    default: break;                         \
-    }
+/* L(T) for the CK_* value T of `type` (L: the caller's launch macro, defined around the use). */
+#define DISPATCH(type) ck_with_type(type, [&](auto t_) { L(decltype(t_)::value); });
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
     const size_t smem = ck_matvec_smem_rows(a.w0.in, a.nr);
     /* several rows: the kernel for the next power of two (its rows past nr are computed and dropped) */
     if (a.nr > 4) {
 #define L(T) launch(k_matvec<T, CK_MV_MAX_ROWS>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
-        DISPATCH(a.w0.type, L)
+        DISPATCH(a.w0.type)
 #undef L
     } else if (a.nr > 2) {
 #define L(T) launch(k_matvec<T, 4>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
-        DISPATCH(a.w0.type, L)
+        DISPATCH(a.w0.type)
 #undef L
     } else if (a.nr == 2) {
 #define L(T) launch(k_matvec<T, 2>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
-        DISPATCH(a.w0.type, L)
+        DISPATCH(a.w0.type)
 #undef L
     } else {
 #define L(T) launch(k_matvec<T, 1>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)
-        DISPATCH(a.w0.type, L)
+        DISPATCH(a.w0.type)
 #undef L
     }
 }
 
 void ck_embed(const dev_weight &w, const int *ids, float *x, int n_tok, cudaStream_t st) {
 #define L(T) launch(k_embed<T>, dim3(n_tok), dim3(128), 0, st, false, w, ids, x)
-    DISPATCH(w.type, L)
+    DISPATCH(w.type)
 #undef L
 }
 
@@ -340,7 +331,7 @@ void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, flo
                    int ks, float *work, cudaStream_t st) {
     const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, ks > 1 ? ks : 1);
 #define L(T) launch(k_gemm<T>, grid, dim3(GB_THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
-    DISPATCH(w.type, L)
+    DISPATCH(w.type)
 #undef L
     if (ks > 1) {
         const long long n = (long long)n_tok * w.out;
@@ -381,9 +372,7 @@ void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream
     launch(k_swiglu_vec, dim3((n + 255) / 256), dim3(256), 0, st, true, g, u, n, out);
 }
 
-void ck_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
-               uint8_t *dst_q, __half *dst_d, cudaStream_t st) {
+void ck_repack(const uint8_t *src, long long n_blocks, const ck_layout &L, uint8_t *dst_q, __half *dst_d, cudaStream_t st) {
     if (n_blocks <= 0) return;
-    k_repack<<<(unsigned)((n_blocks + 255) / 256), 256, 0, st>>>(src, n_blocks, block_bytes, d_off, q_off, q_len,
-                                                                  dst_q, dst_d);
+    k_repack<<<(unsigned)((n_blocks + 255) / 256), 256, 0, st>>>(src, n_blocks, L, dst_q, dst_d);
 }

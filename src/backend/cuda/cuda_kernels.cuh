@@ -2,12 +2,12 @@
  * cuda_kernels.cuh — the device side of the CUDA backend: the weight views kernels read, the argument
  * blocks of the fused kernels, and the host launchers (defined in cuda_kernels.cu). C++ (nvcc) only.
  *
- * Weight layouts on the device (made at upload from the GGUF blocks):
+ * Weight layouts on the device (made at upload from the GGUF blocks, as ck_layout_of says):
  *   F32, F16, BF16, Q4_K  the file's bytes unchanged (Q4_K blocks are 144 bytes, 16-byte aligned)
- *   Q8_0                  q = int8 values row after row (in per row), d = one half scale per 32 values
- *   Q4_0                  q = 16 nibble bytes per 32 values (ggml's order), d = one half per 32 values
- *   Q6_K                  q = ql|qh|scales (208 bytes) per 256 values, d = one half per 256 values
- * Other types are converted to F16 at open. Every kernel reads a weight through dequant16 (16 values).
+ *   other types           q = the quant bytes of each block, blocks after each other (16-byte units stay
+ *                         aligned); d = each block's metadata bytes (its scale first) in a slot of 2, 4 or 8
+ *                         bytes: Q8_0 / Q4_0 / Q6_K d; Q4_1 d|m; Q5_0 d|qh (6 bytes in 8); Q5_1 d|m|qh
+ * Types outside the list are converted to F16 at open. Every kernel reads a weight through dequant16 (16 values).
  */
 #ifndef KILN_CUDA_KERNELS_CUH
 #define KILN_CUDA_KERNELS_CUH
@@ -19,17 +19,51 @@
 
 /* GGUF type ids of the types the kernels read (the values of kiln_type). */
 enum {
-    CK_F32 = 0, CK_F16 = 1, CK_Q4_0 = 2, CK_Q8_0 = 8, CK_Q4_K = 12, CK_Q6_K = 14, CK_BF16 = 30,
+    CK_F32 = 0, CK_F16 = 1, CK_Q4_0 = 2, CK_Q4_1 = 3, CK_Q5_0 = 6, CK_Q5_1 = 7, CK_Q8_0 = 8, CK_Q4_K = 12,
+    CK_Q6_K = 14, CK_BF16 = 30,
 };
+
+/* Every type with kernels, for the kernel tables and dispatch switches (X(type) each). */
+#define CK_TYPES(X) X(CK_F32) X(CK_F16) X(CK_BF16) X(CK_Q8_0) X(CK_Q4_0) X(CK_Q4_1) X(CK_Q5_0) X(CK_Q5_1) \
+    X(CK_Q4_K) X(CK_Q6_K)
+
+/* How a type's GGUF blocks become its device layout: a block of `values` values and `bytes` bytes gives q_len
+ * quant bytes (from q_off) to q and, when meta_slot > 0, meta_len metadata bytes (from meta_off, zero-padded)
+ * to a slot of meta_slot bytes of d. meta_slot 0: the rows are copied unchanged (q only). */
+struct ck_layout {
+    int type, values, bytes, q_off, q_len, meta_off, meta_len, meta_slot;
+};
+
+/* The layout of type t (values 0 for a type without kernels). */
+static inline __host__ __device__ constexpr ck_layout ck_layout_of(int t) {
+    /*                                type  values bytes q_off q_len meta_off meta_len meta_slot */
+    return t == CK_F32    ? ck_layout{CK_F32,    1,    4,   0,    4,    0,      0,      0}
+         : t == CK_F16    ? ck_layout{CK_F16,    1,    2,   0,    2,    0,      0,      0}
+         : t == CK_BF16   ? ck_layout{CK_BF16,   1,    2,   0,    2,    0,      0,      0}
+         : t == CK_Q8_0   ? ck_layout{CK_Q8_0,  32,   34,   2,   32,    0,      2,      2}
+         : t == CK_Q4_0   ? ck_layout{CK_Q4_0,  32,   18,   2,   16,    0,      2,      2}
+         : t == CK_Q4_1   ? ck_layout{CK_Q4_1,  32,   20,   4,   16,    0,      4,      4}
+         : t == CK_Q5_0   ? ck_layout{CK_Q5_0,  32,   22,   6,   16,    0,      6,      8}
+         : t == CK_Q5_1   ? ck_layout{CK_Q5_1,  32,   24,   8,   16,    0,      8,      8}
+         : t == CK_Q4_K   ? ck_layout{CK_Q4_K, 256,  144,   0,  144,    0,      0,      0}
+         : t == CK_Q6_K   ? ck_layout{CK_Q6_K, 256,  210,   0,  208,  208,      2,      2}
+                          : ck_layout{t,         0,    0,   0,    0,    0,      0,      0};
+}
+
+/* The decode matvec quantizes its input to 8-bit blocks for these types (with the block sums where the type
+ * has a per-block minimum), as the reference engine does for them, and multiplies integers. */
+static inline __host__ __device__ constexpr bool ck_q8_input(int t) { return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1; }
+/* dequant16 gives value = s * v + b with b != 0 for these types. */
+static inline __host__ __device__ constexpr bool ck_has_min(int t) { return t == CK_Q4_K || t == CK_Q4_1 || t == CK_Q5_1; }
 
 /* A weight matrix on the device: out rows of in values. */
 struct dev_weight {
     const uint8_t *q;     /* row data (see the layouts above) */
-    const __half *d;      /* per-block scales for Q8_0, Q4_0, Q6_K; NULL otherwise */
+    const __half *d;      /* per-block metadata slots (see the layouts above); NULL for unrepacked types */
     int type;             /* CK_* */
     int in, out;
     long long row_bytes;  /* bytes of one row in q */
-    int d_per_row;        /* scales per row in d */
+    int d_per_row;        /* halves per row in d (blocks x meta_slot / 2) */
 };
 
 /* Attention limits: query heads per KV head, head_dim / 64. */
@@ -188,8 +222,7 @@ typedef struct qkv_post_args {
 void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st);
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st);
 void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream_t st);
-/* Upload helper: splits n_blocks raw blocks (block_bytes each) into q (q_len bytes from q_off) and d. */
-void ck_repack(const uint8_t *src, long long n_blocks, int block_bytes, int d_off, int q_off, int q_len,
-               uint8_t *dst_q, __half *dst_d, cudaStream_t st);
+/* Upload helper: n_blocks GGUF blocks of layout L into the device layout (q and d; see ck_layout). */
+void ck_repack(const uint8_t *src, long long n_blocks, const ck_layout &L, uint8_t *dst_q, __half *dst_d, cudaStream_t st);
 
 #endif

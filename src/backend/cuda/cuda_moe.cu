@@ -71,7 +71,7 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
 template <int T, bool DUAL, class Map>
 static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
                                                  int n_units, int lane, Map map, float &acc0, float &acc1) {
-    constexpr int UN = T == CK_F32 ? 1 : (T == CK_F16 || T == CK_BF16 || T == CK_Q6_K) ? 2 : 4;
+    constexpr int UN = mv_units<T>();
     constexpr int UD = DUAL ? UN : 1;
     for (int t0 = lane; t0 < n_units; t0 += 32 * UN) {
         raw16<T> ra[UN], rb[UD];
@@ -96,10 +96,10 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
             for (int i = 0; i < 16; i++) {
                 const float xv = xp[i * nup];
                 d0 = fmaf(v[i], xv, d0);
-                if constexpr (T == CK_Q4_K) sx += xv;
+                if constexpr (ck_has_min(T)) sx += xv;
             }
             float c0 = s * d0;
-            if constexpr (T == CK_Q4_K) c0 += b * sx;
+            if constexpr (ck_has_min(T)) c0 += b * sx;
             acc0 += ok ? wt[k] * c0 : 0.0f;
             if constexpr (DUAL) {
                 float d1 = 0.0f;
@@ -107,7 +107,7 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
 #pragma unroll
                 for (int i = 0; i < 16; i++) d1 = fmaf(v[i], xp[i * nup], d1);
                 float c1 = s * d1;
-                if constexpr (T == CK_Q4_K) c1 += b * sx;
+                if constexpr (ck_has_min(T)) c1 += b * sx;
                 acc1 += ok ? wt[k] * c1 : 0.0f;
             }
         }
@@ -373,15 +373,13 @@ __global__ void __launch_bounds__(256) k_moe_combine(const __grid_constant__ moe
 
 /* ------------------------------------------------------------------ host side */
 
-#define MOE_TYPES(X) X(CK_F32) X(CK_F16) X(CK_BF16) X(CK_Q8_0) X(CK_Q4_0) X(CK_Q4_K) X(CK_Q6_K)
-
 static const struct {
     const void *fn;
     const char *name;
 } moe_table[] = {
 #define MOE_ENTRY(T) {(const void *)k_moe_route<T>, "moe_route<" #T ">"}, {(const void *)k_moe_gate_up<T>, "moe_gate_up<" #T ">"}, \
                      {(const void *)k_moe_down<T>, "moe_down<" #T ">"}, {(const void *)k_moe_gemm<T>, "moe_gemm<" #T ">"},
-    MOE_TYPES(MOE_ENTRY)
+    CK_TYPES(MOE_ENTRY)
 #undef MOE_ENTRY
     {(const void *)k_moe_group, "moe_group"},
     {(const void *)k_moe_combine, "moe_combine"},
@@ -459,23 +457,13 @@ cudaError_t cm_setup(moe_dims d) {
         e = cudaFuncSetAttribute(k_moe_gate_up<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)si);             \
     if (e == cudaSuccess && sd > 48 * 1024)                                                                           \
         e = cudaFuncSetAttribute(k_moe_down<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sd);
-    MOE_TYPES(MOE_ATTR)
+    CK_TYPES(MOE_ATTR)
 #undef MOE_ATTR
     return e;
 }
 
 /* K<type>(...) launched with launch_pdl's arguments (cuda_device.cuh). */
-#define MOE_DISPATCH(type, K, ...)                               \
-    switch (type) {                                              \
-    case CK_F32: launch_pdl(K<CK_F32>, __VA_ARGS__); break;      \
-    case CK_F16: launch_pdl(K<CK_F16>, __VA_ARGS__); break;      \
-    case CK_BF16: launch_pdl(K<CK_BF16>, __VA_ARGS__); break;    \
-    case CK_Q8_0: launch_pdl(K<CK_Q8_0>, __VA_ARGS__); break;    \
-    case CK_Q4_0: launch_pdl(K<CK_Q4_0>, __VA_ARGS__); break;    \
-    case CK_Q4_K: launch_pdl(K<CK_Q4_K>, __VA_ARGS__); break;    \
-    case CK_Q6_K: launch_pdl(K<CK_Q6_K>, __VA_ARGS__); break;    \
-    default: break;                                              \
-    }
+#define MOE_DISPATCH(type, K, ...) ck_with_type(type, [&](auto t_) { launch_pdl(K<decltype(t_)::value>, __VA_ARGS__); });
 
 static moe_args args_of(const moe_layer &L, const moe_scratch &s, float *x, int n_embd, float eps, int n_rows) {
     moe_args a;

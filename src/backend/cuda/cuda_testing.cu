@@ -43,8 +43,11 @@ static void *tb_alloc(test_bufs *b, size_t n, const void *init) {
     if (b->n >= 24 || cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
     kiln_count_device_alloc();
     b->p[b->n++] = p;
-    if (init) cudaMemcpy(p, init, n, cudaMemcpyHostToDevice);
-    else cudaMemset(p, 0, n ? n : 1);
+    /* on the test's stream (a non-blocking one: the legacy stream's cudaMemset / cudaMemcpy are not ordered
+     * before its kernels), complete before returning (init may be freed) */
+    if (init) cudaMemcpyAsync(p, init, n, cudaMemcpyHostToDevice, b->st);
+    else cudaMemsetAsync(p, 0, n ? n : 1, b->st);
+    if (cudaStreamSynchronize(b->st) != cudaSuccess) return NULL;
     return p;
 }
 
@@ -70,10 +73,8 @@ static kiln_status tb_weight(test_bufs *b, uint32_t type, const void *w, int in,
     uint8_t *q = (uint8_t *)tb_alloc(b, (size_t)dw->row_bytes * out, NULL);
     __half *d = (__half *)tb_alloc(b, (size_t)dw->d_per_row * out * 2, NULL);
     if (!q || !d) return kiln_fail(KILN_ERR_DEVICE, "cuda test: allocation failed");
-    const int bb = type == CK_Q8_0 ? 34 : type == CK_Q4_0 ? 18 : 210;
-    const int doff = type == CK_Q6_K ? 208 : 0, qoff = type == CK_Q6_K ? 0 : 2;
-    const int qlen = type == CK_Q8_0 ? 32 : type == CK_Q4_0 ? 16 : 208;
-    ck_repack(raw, (long long)out * dw->d_per_row, bb, doff, qoff, qlen, q, d, b->st);
+    const ck_layout L = ck_layout_of((int)type);
+    ck_repack(raw, (long long)out * (in / L.values), L, q, d, b->st);
     dw->q = q, dw->d = d;
     /* complete before any matvec: it may read weights before its PDL wait (they never change in a session) */
     CU_TRY(cudaStreamSynchronize(b->st), "weight repack");
@@ -392,7 +393,10 @@ static kiln_status bench_make_copies(bench_case *c, int n_launch) {
     kiln_status st = KILN_OK;
     for (int k = 0; k < c->n_copies; k++)
         for (int i = 0; i < 4; i++)
-            if (len[i]) TB_TRY(cudaMemcpy(c->copies + (size_t)k * tot + c->off[i], src[i], len[i], cudaMemcpyDeviceToDevice), "copy");
+            if (len[i])
+                TB_TRY(cudaMemcpyAsync(c->copies + (size_t)k * tot + c->off[i], src[i], len[i], cudaMemcpyDeviceToDevice,
+                                       c->b.st), "copy");
+    TB_TRY(cudaStreamSynchronize(c->b.st), "copy");
     return st;
 }
 
