@@ -14,20 +14,12 @@
 
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
-/* weight rows per work item of the gate/up run, output columns per work item of the down run */
+/* weight rows per work item of the gate/up run, output columns (of one expert) per work item of the down run */
 #ifndef MOE_GATE_ROWS
 #define MOE_GATE_ROWS 32
 #endif
 #ifndef MOE_DOWN_COLS
-#define MOE_DOWN_COLS 32
-#endif
-/* batches of more rows than this take the prefill form of the down run: items (expert, column block),
- * then the mix in a run of its own */
-#ifndef MOE_DECODE_ROWS
-#define MOE_DECODE_ROWS 4
-#endif
-#ifndef MOE_PREFILL_COLS
-#define MOE_PREFILL_COLS 256
+#define MOE_DOWN_COLS 256
 #endif
 /* below these, work runs on the calling thread: waking the pool costs more than it saves */
 #define MOE_SMALL_CONVERT (1 << 16) /* values converted */
@@ -242,6 +234,10 @@ static void gate_up_item(moe_job *j, int u, int blk) {
     const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = b->qg_up_d + (size_t)p0 * (E / 32);
     float *hg = b->hg + (size_t)p0 * F, *hu = b->hu + (size_t)p0 * F;
     for (int r = r0; r < r1; r++) {
+        if (n == 1 && r + CPU_PREFETCH_ROWS < r1) { /* one entry: the plain dot, streamed as cpu_matmul's */
+            cpu_prefetch_row(G + (size_t)(r + CPU_PREFETCH_ROWS) * j->gate.wrow, j->gate.wrow);
+            cpu_prefetch_row(U + (size_t)(r + CPU_PREFETCH_ROWS) * j->up.wrow, j->up.wrow);
+        }
         dot_entries(&j->gate, E, G + (size_t)r * j->gate.wrow, qg, b->qrow_e, qgd, n, hg + r, (size_t)F);
         dot_entries(&j->up, E, U + (size_t)r * j->up.wrow, qu, b->qrow_e, qud, n, hu + r, (size_t)F);
     }
@@ -264,9 +260,12 @@ static void down_cols(moe_job *j, int u0, int u1, int c0, int c1) {
         const uint8_t *D = (const uint8_t *)j->f->down->data + (size_t)e * j->down.wmat;
         const uint8_t *qh = b->qh + (size_t)p0 * b->qrow_f;
         const float *qhd = b->qh_d + (size_t)p0 * (F / 32);
-        for (int c = c0; c < c1; c++)
+        for (int c = c0; c < c1; c++) {
+            if (n == 1 && c + CPU_PREFETCH_ROWS < c1)
+                cpu_prefetch_row(D + (size_t)(c + CPU_PREFETCH_ROWS) * j->down.wrow, j->down.wrow);
             dot_entries(&j->down, F, D + (size_t)c * j->down.wrow, qh, b->qrow_f, qhd, n, b->yk + (size_t)p0 * E + c,
                         (size_t)E);
+        }
     }
 }
 
@@ -289,26 +288,15 @@ static void mix_cols(moe_job *j, int t0, int t1, int c0, int c1) {
     }
 }
 
-/* Decode (few rows): work item blk = output columns blk of every chosen expert's down, then those columns
- * of every row mixed, in the same run. */
-static void down_mix_run(void *ctx, int ith, int nth) {
-    (void)ith, (void)nth;
-    moe_job *j = ctx;
-    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
-        const int c0 = it * MOE_DOWN_COLS, c1 = c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E;
-        down_cols(j, 0, j->n_used, c0, c1);
-        mix_cols(j, 0, j->B, c0, c1);
-    }
-}
-
-/* Prefill (many rows): work item (u, blk) = output columns blk of chosen expert u's down (each expert's
- * matrix read in long runs); the mix follows in its own run. */
+/* Work item (u, blk) = output columns blk of chosen expert u's down (each expert's matrix read in long runs,
+ * also in decode: measured faster there than column blocks of every expert with the mix in the same run); the
+ * mix follows in its own run. */
 static void down_run(void *ctx, int ith, int nth) {
     (void)ith, (void)nth;
     moe_job *j = ctx;
     for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
-        const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_PREFILL_COLS;
-        down_cols(j, u, u + 1, c0, c0 + MOE_PREFILL_COLS < j->E ? c0 + MOE_PREFILL_COLS : j->E);
+        const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_DOWN_COLS;
+        down_cols(j, u, u + 1, c0, c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E);
     }
 }
 
@@ -340,12 +328,7 @@ void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B
     run_maybe(pool, gate_up_run, &j, 2 * work < MOE_SMALL_WORK);
     run_maybe(pool, convert_h, &j, n_entries * j.F < MOE_SMALL_CONVERT);
     atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-    if (B <= MOE_DECODE_ROWS) {
-        j.n_items = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
-        run_maybe(pool, down_mix_run, &j, work < MOE_SMALL_WORK);
-        return;
-    }
-    j.n_blk = (j.E + MOE_PREFILL_COLS - 1) / MOE_PREFILL_COLS;
+    j.n_blk = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
     j.n_items = n_used * j.n_blk;
     run_maybe(pool, down_run, &j, work < MOE_SMALL_WORK);
     run_maybe(pool, mix_run, &j, n_entries * j.E < MOE_SMALL_CONVERT);
