@@ -974,6 +974,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         off = 0;
         s->n_converted = 0;
         OPEN_TRY(plan_weights(s, s->arena, &off));
+        if (s->n_converted)
+            KILN_WARN("cuda: %d weight matrices converted to F16 at open (first: %s): no kernel reads their type, "
+                      "so they take 2 bytes a value on the device", s->n_converted, s->converted);
         soff = 0;
         plan_scratch(s, s->arena + s->scratch_off, &soff);
         /* pinned: the staging halves, then a sampling spec per output row, the rows of a decode step, the ids
