@@ -9,9 +9,9 @@
  * per call and the experts nobody chose are not read at all (decode reads k of n_expert). The fused path
  * (cpu_moe_ffn) takes two thread-pool runs for all experts together: one for gate and up (work items =
  * (chosen expert, block of weight rows), claimed by the threads as they come free, the SwiGLU done by the
- * item on its rows), one for down (items = blocks of output columns, each through every chosen expert,
- * then the weighted sum of those columns in the order of the choice). Each row's activations are
- * converted once for the dot. cpu_moe_ffn_ref is the straightforward form it must equal bit for bit
+ * item on its rows), one for down (items = (chosen expert, block of output columns)); then the weighted sum
+ * in the order of the choice (on the calling thread when small, a third run for a batch). Each row's
+ * activations are converted once for the dot. cpu_moe_ffn_ref is the straightforward form it must equal bit for bit
  * (per expert: gather its rows, three cpu_matmul calls). A row's arithmetic does not depend on the other
  * rows of the batch, nor on the number of threads.
  */
