@@ -250,7 +250,7 @@ const void *ck_kernel_at(int i) { return i < N_TABLE ? kernel_table[i].fn : ck_a
 const char *ck_kernel_name(int i) { return i < N_TABLE ? kernel_table[i].name : ck_attn_kernel_name(i - N_TABLE); }
 
 /* per row: the transposed input (16 * NUP <= padded n + 16 floats) and, for the 8-bit input types, each
- * 32-value block's scale and sum (matvec_quantize) */
+ * 32-value block's amax and level sum (matvec_input) */
 size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16 + 2 * ((n + 31) / 32)) * sizeof(float); }
 
 size_t ck_matvec_smem_rows(int n, int nr) { return (size_t)(nr > 1 ? nr : 1) * ck_matvec_smem(n); }
