@@ -141,53 +141,55 @@ __global__ void k_rope_store(float *qkv, int stride, int pos0, const int *pos_de
         v_cache[(long long)pos * kv_dim + i] = __float2half(row[nq + nk + i]);
 }
 
-/* Rotates the pair (x[i0], x[i1]) of one head by pos * freq. */
-__device__ static void rope_pair(float *x, int i0, int i1, int pos, float freq) {
-    float sn, cs;
-    sincosf((float)pos * freq, &sn, &cs);
-    const float x0 = x[i0], x1 = x[i1];
-    x[i0] = x0 * cs - x1 * sn;
-    x[i1] = x0 * sn + x1 * cs;
-}
+#define QP_WARPS 4 /* heads of one k_qkv_post block, a warp each */
 
-/* One block per row: + bias, per-head RMSNorm (one warp a head), RoPE per pair of each q and k head, then the
- * K/V append (ck_qkv_post). */
-__global__ void k_qkv_post(qkv_post_args a) {
+/* Grid (ceil(heads / QP_WARPS), rows), heads = the q, k and v heads of a row in that order: warp h takes head h
+ * of row blockIdx.y: + bias, RMSNorm of the head (q and k, where the block has the weight), RoPE per pair (q and
+ * k), then the K or V append (ck_qkv_post). The head goes through the warp's shared row, so that a pair's two
+ * values are both the normalized ones. */
+__global__ void __launch_bounds__(32 * QP_WARPS) k_qkv_post(qkv_post_args a) {
+    __shared__ float hs[QP_WARPS][256]; /* head_dim <= 256 (cuda_open checks) */
     pdl_wait_then_trigger();
-    const int t = blockIdx.x, pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
-    float *row = a.qkv + (long long)t * a.stride;
+    const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
+    const int h = blockIdx.x * QP_WARPS + warp, nqh = a.nq / hd, nkh = a.nk / hd;
+    if (h >= nqh + 2 * nkh) return;
+    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
     const long long so = a.seq_dev && pos >= 0 ? (long long)a.seq_dev[t] * a.seq_stride : 0;
-    const int nqk = a.nq + a.nk, hd = a.head_dim, half = a.n_rot / 2;
-    if (a.bias) {
-        for (int i = threadIdx.x; i < nqk + a.nk; i += blockDim.x) row[i] += a.bias[i];
-        __syncthreads();
+    float *x = a.qkv + (long long)t * a.stride + h * hd, *xs = hs[warp];
+    const float *bias = a.bias ? a.bias + h * hd : NULL;
+    const float *w = h < nqh ? a.q_norm : h < nqh + nkh ? a.k_norm : NULL;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+        const float v = bias ? x[i] + bias[i] : x[i];
+        xs[i] = v, ss += v * v;
     }
-    if (a.q_norm || a.k_norm) {
-        const int lane = threadIdx.x % 32;
-        for (int h = threadIdx.x / 32; h < nqk / hd; h += blockDim.x / 32) {
-            const float *w = h * hd < a.nq ? a.q_norm : a.k_norm;
-            if (!w) continue;
-            float *x = row + h * hd, ss = 0.0f;
-            for (int i = lane; i < hd; i += 32) ss += x[i] * x[i];
-            const float sc = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
-            for (int i = lane; i < hd; i += 32) x[i] = x[i] * sc * w[i];
+    if (w) {
+        const float sc = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
+        for (int i = lane; i < hd; i += 32) xs[i] = xs[i] * sc * w[i];
+    }
+    __syncwarp();
+    if (h >= nqh + nkh) { /* a v head: the append (and the biased values back into the row) */
+        for (int i = lane; i < hd; i += 32) {
+            if (bias) x[i] = xs[i];
+            if (pos >= 0) a.v_cache[so + (long long)pos * a.kv_dim + (h - nqh - nkh) * hd + i] = __float2half(xs[i]);
         }
-        __syncthreads();
+        return;
     }
-    for (int p = threadIdx.x; p < nqk / 2; p += blockDim.x) {
-        const int h = 2 * p / hd, j = p - h * (hd / 2); /* head h, its pair j of hd/2 */
-        float *x = row + h * hd;
+    const int half = a.n_rot / 2;
+    __half *k = h >= nqh && pos >= 0 ? a.k_cache + so + (long long)pos * a.kv_dim + (h - nqh) * hd : NULL;
+    for (int j = lane; j < hd / 2; j += 32) { /* pair j of the head */
         int i0 = 2 * j, i1 = 2 * j + 1;
         if (a.neox && j < half) i0 = j, i1 = j + half;
-        if (j < half) rope_pair(x, i0, i1, pos, a.rope_freq[j]);
-        if (h * hd >= a.nq && pos >= 0) {
-            __half *k = a.k_cache + so + (long long)pos * a.kv_dim + (h * hd - a.nq);
-            k[i0] = __float2half(x[i0]);
-            k[i1] = __float2half(x[i1]);
+        float x0 = xs[i0], x1 = xs[i1];
+        if (j < half) {
+            float sn, cs;
+            sincosf((float)pos * a.rope_freq[j], &sn, &cs);
+            const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+            x0 = y0, x1 = y1;
         }
+        x[i0] = x0, x[i1] = x1;
+        if (k) k[i0] = __float2half(x0), k[i1] = __float2half(x1);
     }
-    for (int i = threadIdx.x; pos >= 0 && i < a.nk; i += blockDim.x)
-        a.v_cache[so + (long long)pos * a.kv_dim + i] = __float2half(row[nqk + i]);
 }
 
 __global__ void k_swiglu_rows(const float *g, const float *u, int n, __half *out, int out_stride) {
@@ -361,7 +363,8 @@ void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_d
 }
 
 void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st) {
-    launch(k_qkv_post, dim3(n_tok), dim3(256), 0, st, true, a);
+    const int heads = (a.nq + 2 * a.nk) / a.head_dim;
+    launch(k_qkv_post, dim3((heads + QP_WARPS - 1) / QP_WARPS, n_tok), dim3(32 * QP_WARPS), 0, st, true, a);
 }
 
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st) {
