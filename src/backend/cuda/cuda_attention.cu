@@ -1,12 +1,14 @@
 /*
  * cuda_attention.cu — attention over the F16 KV cache (see attn_args in cuda_kernels.cuh):
  *   k_attn_decode<MG, VEC>  decode: rows of one step, each its own sequence and length; block
- *                  (split, kvh, row) over one chunk of the row's keys (at least AD_MIN_CHUNK: the number
- *                  of splits at work follows the context at run time), 16-byte K/V loads by groups of
- *                  head_dim / 8 lanes (one key per group), scores in shared memory, online softmax over
- *                  sub-chunks; the last block of (row, kvh) combines the partials with all its threads
+ *                  (split, group of up to MG query heads of one KV head, row) over one chunk of the row's
+ *                  keys (at least AD_MIN_CHUNK: the number of splits at work follows the context at run
+ *                  time), 16-byte K/V loads by groups of head_dim / 8 lanes (one key per group), scores in
+ *                  shared memory, online softmax over sub-chunks; the last block of (row, group) combines
+ *                  the partials with all its threads
  *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
- * and their launchers. MG: query heads per KV head rounded up to 1, 2, 4, 8; VEC: head_dim % 8 == 0.
+ * and their launchers. MG: query heads per block at most (AD_HEADS_PER_BLOCK; fewer where G is smaller);
+ * VEC: head_dim % 8 == 0.
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -17,6 +19,11 @@
 #define AD_WARPS (AD_THREADS / 32)
 #define AD_SUB 128 /* keys whose scores are in shared memory at once */
 #define AD_MIN_CHUNK 128 /* keys of a split at least: up to 128 keys one block, no partials, no combine */
+/* Query heads a block takes at most (ck_attn_heads_per_block; the kernel's one MG). One: a block's work per key
+ * is one dot product and one row of V, so each key pass is short; the G heads that share a KV head read its
+ * keys and values G times, all but the first from L2. Measured against 2 and against all G of a KV head in one
+ * block: bench/RESULTS.md, "CUDA decode attention: one query head per block". */
+#define AD_HEADS_PER_BLOCK 1
 
 /* Keys per split of a row of n_keys keys (at run time, from the position in device memory): n_keys over the
  * n_split splits of the grid, at least AD_MIN_CHUNK, a multiple of the kps keys a pass of the block covers.
@@ -57,15 +64,15 @@ static __device__ __forceinline__ void attn_put(const attn_args &a, int r, int i
     else a.out_f[(long long)r * a.n_head * a.head_dim + i] = v;
 }
 
-/* The last block of (row r, kvh): softmax weights of the n_active partials per head (a warp per head),
- * then every output element as the weighted sum over the splits (all threads). */
+/* The last block of (row r, heads h0 .. h0 + Gb - 1): softmax weights of the n_active partials per head (a warp
+ * per head), then every output element as the weighted sum over the splits (all threads). */
 template <int MG>
-static __device__ void attn_combine(const attn_args &a, int r, int kvh, int n_active, float *wsm) {
+static __device__ void attn_combine(const attn_args &a, int r, int h0, int Gb, int n_active, float *wsm) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int hd = a.head_dim, G = a.n_head / a.n_head_kv, stride = hd + 2;
+    const int hd = a.head_dim, stride = hd + 2;
     const float *base = a.part + (long long)r * a.n_split * a.n_head * stride;
-    for (int g = warp; g < G; g += AD_WARPS) {
-        const int h = kvh * G + g;
+    for (int g = warp; g < Gb; g += AD_WARPS) {
+        const int h = h0 + g;
         float mx = -INFINITY;
         for (int sp = lane; sp < n_active; sp += 32) mx = fmaxf(mx, __ldcg(base + ((long long)sp * a.n_head + h) * stride + hd));
         mx = warp_max(mx);
@@ -81,13 +88,13 @@ static __device__ void attn_combine(const attn_args &a, int r, int kvh, int n_ac
         for (int sp = lane; sp < n_active; sp += 32) wsm[sp * MG + g] *= inv;
     }
     __syncthreads();
-    for (int i = tid; i < G * hd; i += AD_THREADS) {
-        const int g = i / hd, d = i - g * hd, h = kvh * G + g;
+    for (int i = tid; i < Gb * hd; i += AD_THREADS) {
+        const int g = i / hd, d = i - g * hd, h = h0 + g;
         const float *p = base + (long long)h * stride + d;
         float acc = 0.0f;
 #pragma unroll 16
         for (int sp = 0; sp < n_active; sp++) acc += wsm[sp * MG + g] * __ldcg(p + (long long)sp * a.n_head * stride);
-        attn_put(a, r, kvh * G * hd + i, acc);
+        attn_put(a, r, h0 * hd + i, acc);
     }
 }
 
@@ -99,9 +106,11 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     __shared__ float wsm[CK_ATT_MAX_SPLIT * MG];
     __shared__ int is_last;
     pdl_wait_then_trigger();
-    const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    const int split = blockIdx.x, gi = blockIdx.y, r = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int hd = a.head_dim, G = a.n_head / a.n_head_kv;
+    /* this block's query heads: h0 .. h0 + Gb - 1, sub-group sub of the G sharing KV head kvh */
+    const int hd = a.head_dim, G = a.n_head / a.n_head_kv, SG = (G + MG - 1) / MG;
+    const int kvh = gi / SG, sub = gi - kvh * SG, h0 = kvh * G + sub * MG, Gb = min(MG, G - sub * MG);
     int L = 1; /* lanes per key: head_dim / 8 rounded up to a power of two */
     while (8 * L < hd) L <<= 1;
     const int li = lane & (L - 1), kps = AD_THREADS / L, kq = tid / L;
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     const long long seq = __ldcg(a.row_seq + r);
     if (pos < 0) { /* a padding row: zeros, nothing read */
         if (split == 0)
-            for (int i = tid; i < G * hd; i += AD_THREADS) attn_put(a, r, kvh * G * hd + i, 0.0f);
+            for (int i = tid; i < Gb * hd; i += AD_THREADS) attn_put(a, r, h0 * hd + i, 0.0f);
         return;
     }
     const int n_keys = pos + 1, chunk = ad_chunk(n_keys, a.n_split, kps);
@@ -126,7 +135,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             const int d = 8 * li + e;
-            q[g][e] = g < G && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (kvh * G + g) * hd + d) * a.scale : 0.0f;
+            q[g][e] = g < Gb && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (h0 + g) * hd + d) * a.scale : 0.0f;
             acc[g][e] = 0.0f;
         }
     if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
@@ -156,7 +165,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
         }
         __syncthreads();
         /* online softmax: a warp per head */
-        for (int g = warp; g < G; g += AD_WARPS) {
+        for (int g = warp; g < Gb; g += AD_WARPS) {
             float mx = -INFINITY;
             for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sc[g][j]);
             const float m_old = m_sh[g], m_new = fmaxf(m_old, warp_max(mx));
@@ -177,7 +186,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
         __syncthreads();
 #pragma unroll
         for (int g = 0; g < MG; g++) {
-            const float al = g < G ? al_sh[g] : 0.0f;
+            const float al = g < Gb ? al_sh[g] : 0.0f;
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[g][e] *= al;
         }
@@ -189,7 +198,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
             load8<VEC>(vbase + (long long)(kb + kk) * a.kv_dim, li, hd, vf);
 #pragma unroll
             for (int g = 0; g < MG; g++) {
-                const float p = g < G ? sc[g][kk] : 0.0f;
+                const float p = g < Gb ? sc[g][kk] : 0.0f;
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
             }
@@ -210,29 +219,29 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     const int d = 8 * li + e;
-                    if (g < G && d < hd) red[g * hd + d] = (w ? red[g * hd + d] : 0.0f) + acc[g][e];
+                    if (g < Gb && d < hd) red[g * hd + d] = (w ? red[g * hd + d] : 0.0f) + acc[g][e];
                 }
         __syncthreads();
     }
     if (n_active == 1) {
-        for (int i = tid; i < G * hd; i += AD_THREADS) attn_put(a, r, kvh * G * hd + i, red[i] / l_sh[i / hd]);
+        for (int i = tid; i < Gb * hd; i += AD_THREADS) attn_put(a, r, h0 * hd + i, red[i] / l_sh[i / hd]);
         return;
     }
     const int stride = hd + 2;
     float *part = a.part + ((long long)r * a.n_split + split) * a.n_head * stride;
-    for (int i = tid; i < G * hd; i += AD_THREADS) {
+    for (int i = tid; i < Gb * hd; i += AD_THREADS) {
         const int g = i / hd, d = i - g * hd;
-        part[(kvh * G + g) * stride + d] = red[i];
+        part[(h0 + g) * stride + d] = red[i];
     }
-    if (tid < G) part[(kvh * G + tid) * stride + hd] = m_sh[tid], part[(kvh * G + tid) * stride + hd + 1] = l_sh[tid];
+    if (tid < Gb) part[(h0 + tid) * stride + hd] = m_sh[tid], part[(h0 + tid) * stride + hd + 1] = l_sh[tid];
     __threadfence();
     __syncthreads();
-    unsigned *cnt = a.counters + (long long)r * a.n_head_kv + kvh;
+    unsigned *cnt = a.counters + (long long)r * gridDim.y + gi;
     if (tid == 0) is_last = atomicAdd(cnt, 1u) == (unsigned)n_active - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    attn_combine<MG>(a, r, kvh, n_active, wsm);
+    attn_combine<MG>(a, r, h0, Gb, n_active, wsm);
     if (tid == 0) *cnt = 0;
 }
 
@@ -370,8 +379,7 @@ static const struct {
     const void *fn;
     const char *name;
 } attn_table[] = {
-    AD_ENTRY(1, true) AD_ENTRY(2, true) AD_ENTRY(4, true) AD_ENTRY(8, true)
-    AD_ENTRY(1, false) AD_ENTRY(2, false) AD_ENTRY(4, false) AD_ENTRY(8, false)
+    AD_ENTRY(AD_HEADS_PER_BLOCK, true) AD_ENTRY(AD_HEADS_PER_BLOCK, false)
     {(const void *)k_attention, "attention"},
 };
 #define N_ATTN ((int)(sizeof attn_table / sizeof attn_table[0]))
@@ -379,8 +387,20 @@ int ck_attn_kernel_count(void) { return N_ATTN; }
 const void *ck_attn_kernel_at(int i) { return attn_table[i].fn; }
 const char *ck_attn_kernel_name(int i) { return attn_table[i].name; }
 
-int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm) {
-    int s = (2 * n_sm + n_rows * n_head_kv - 1) / (n_rows * n_head_kv);
+int ck_attn_heads_per_block(int n_head, int n_head_kv) {
+    const int G = n_head / n_head_kv;
+    return G < AD_HEADS_PER_BLOCK ? G : AD_HEADS_PER_BLOCK;
+}
+
+/* Blocks of a decode row for each split: a KV head's G query heads in groups of ck_attn_heads_per_block. */
+static int attn_groups(int n_head, int n_head_kv) {
+    const int hb = ck_attn_heads_per_block(n_head, n_head_kv);
+    return n_head_kv * ((n_head / n_head_kv + hb - 1) / hb);
+}
+
+int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {
+    const int blocks = n_rows * attn_groups(n_head, n_head_kv);
+    int s = (2 * n_sm + blocks - 1) / blocks;
     if (s > 32) s = 32; /* the combine reads every split's partial: more splits cost it more than they save */
     if (s > (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK) s = (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK; /* never used */
     return s < 1 ? 1 : s;
@@ -391,15 +411,7 @@ void ck_attention(const attn_args &a, int n_tok, cudaStream_t st) {
 }
 
 void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st) {
-    const int G = a.n_head / a.n_head_kv;
-    const bool vec = a.head_dim % 8 == 0;
-    const dim3 grid(a.n_split, a.n_head_kv, n_rows), block(AD_THREADS);
-#define AD_L(MG)                                                                              \
-    (vec ? launch(k_attn_decode<MG, true>, grid, block, 0, st, true, a)                       \
-         : launch(k_attn_decode<MG, false>, grid, block, 0, st, true, a))
-    if (G <= 1) AD_L(1);
-    else if (G <= 2) AD_L(2);
-    else if (G <= 4) AD_L(4);
-    else AD_L(8);
-#undef AD_L
+    const dim3 grid(a.n_split, attn_groups(a.n_head, a.n_head_kv), n_rows), block(AD_THREADS);
+    if (a.head_dim % 8 == 0) launch(k_attn_decode<AD_HEADS_PER_BLOCK, true>, grid, block, 0, st, true, a);
+    else launch(k_attn_decode<AD_HEADS_PER_BLOCK, false>, grid, block, 0, st, true, a);
 }

@@ -420,7 +420,7 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     cm_plan_scratch(&s->moe, cm_dims(s->m), (int)B, s->cfg.cuda_moe_per_row ? 0 : -1, base, off);
     s->part = (float *)carve(base, off, n_part * hp->n_head * (hp->head_dim + 2) * 4);
     s->attn_f = (float *)carve(base, off, (size_t)s->mv_rows * s->Q * 4);
-    s->att_counters = (unsigned *)carve(base, off, M * hp->n_head_kv * 4);
+    s->att_counters = (unsigned *)carve(base, off, M * hp->n_head * 4);
     s->logits = (float *)carve(base, off, NO * s->V * 4);
     s->arg_val = (float *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
     s->arg_idx = (int *)carve(base, off, (size_t)s->mv_rows * s->max_mv_blocks * 4);
@@ -830,7 +830,7 @@ static void plan_buckets(cuda_state *s, size_t smem_optin) {
     for (int r = 1; s->n_buckets < CK_MAX_BUCKETS;) {
         const int R = r < s->max_step ? r : s->max_step;
         s->bucket[s->n_buckets] = R;
-        s->att_split[s->n_buckets] = ck_attn_splits(R, hp->n_head_kv, s->cfg.n_ctx, s->n_sm);
+        s->att_split[s->n_buckets] = ck_attn_splits(R, hp->n_head, hp->n_head_kv, s->cfg.n_ctx, s->n_sm);
         s->n_buckets++;
         if (R == s->max_step) break;
         if (r < s->mv_rows) {

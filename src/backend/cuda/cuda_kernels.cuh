@@ -136,9 +136,10 @@ struct attn_args {
     int kv_dim, n_head, n_head_kv, head_dim;
     int pos0;                   /* prefill */
     const int *row_seq, *row_pos; /* decode */
-    int n_split;                /* decode: splits per (row, KV head), at most CK_ATT_MAX_SPLIT */
+    int n_split;                /* decode: splits per (row, group of heads), at most CK_ATT_MAX_SPLIT */
     float *part;                /* decode: (row, split, head, hd + 2) */
-    unsigned *counters;         /* decode: one per (row, KV head), zero between launches */
+    unsigned *counters;         /* decode: one per (row, group of heads) (n_head per row suffice), zero between
+                                 * launches */
     float *out_f;
     __half *out;
     int out_stride;
@@ -146,9 +147,13 @@ struct attn_args {
 };
 #define CK_ATT_MAX_SPLIT 128
 
+/* Query heads of one decode attention block, of the G = n_head / n_head_kv that share a KV head (at most
+ * AD_HEADS_PER_BLOCK of cuda_attention.cu, so that a block's work per key stays short: a KV head's G heads go
+ * to ceil(G / that) blocks, each reading the head's keys and values, the later reads from L2). */
+int ck_attn_heads_per_block(int n_head, int n_head_kv);
 /* Splits of a decode attention over n_rows rows (the grid): enough blocks for two per SM, at most 32 and no
  * more than a context of n_ctx keys can use (chunks of at least 128 keys). */
-int ck_attn_splits(int n_rows, int n_head_kv, int n_ctx, int n_sm);
+int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */
 int ck_kernel_count(void);

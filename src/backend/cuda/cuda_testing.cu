@@ -293,9 +293,9 @@ extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float
         at.scale = 1.0f / sqrtf((float)head_dim);
         const int *drows = (const int *)tb_alloc(&b, (size_t)n_rows * 2 * sizeof(int), rows);
         at.row_seq = drows, at.row_pos = drows + n_rows;
-        at.n_split = n_split ? n_split : ck_attn_splits(n_rows, n_head_kv, n_ctx, di.n_sm);
+        at.n_split = n_split ? n_split : ck_attn_splits(n_rows, n_head, n_head_kv, n_ctx, di.n_sm);
         at.part = (float *)tb_alloc(&b, (size_t)n_rows * at.n_split * n_head * (head_dim + 2) * 4, NULL);
-        at.counters = (unsigned *)tb_alloc(&b, (size_t)n_rows * n_head_kv * 4, NULL);
+        at.counters = (unsigned *)tb_alloc(&b, (size_t)n_rows * n_head * 4, NULL);
         void *dy = tb_alloc(&b, (size_t)n_rows * Q * 4, NULL);
         if (half_out) at.out = (__half *)dy, at.out_stride = Q;
         else at.out_f = (float *)dy;
