@@ -31,6 +31,7 @@
 #define MOE_GROUP_THREADS 1024
 #define MOE_GROUP_WARPS (MOE_GROUP_THREADS / 32)
 #define MOE_MAX_ENTRIES 65535 /* rows * k of one grouped launch: the group kernel's 16-bit counts, grid.y */
+#define MOE_ROUTE_UN 4 /* router units a lane keeps in flight (the router is small and F32: latency, not bytes) */
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
 
@@ -55,6 +56,15 @@ struct moe_args {
 
 static __device__ __forceinline__ int xs_at(int k, int nup) { return (k & 15) * nup + (k >> 4); }
 
+/* Lines first, first + step, ... (of 128 bytes) of row r0 of w0 and (r1 >= 0) row r1 of w1 into L2. */
+static __device__ __forceinline__ void prefetch_rows(const dev_weight &w0, const dev_weight &w1, int r0, int r1,
+                                                     int first, int step) {
+    for (long long off = 128LL * first; off < w0.row_bytes; off += 128LL * step) {
+        prefetch_l2(w0.q + (long long)r0 * w0.row_bytes + off);
+        if (r1 >= 0) prefetch_l2(w1.q + (long long)r1 * w1.row_bytes + off);
+    }
+}
+
 /* Floats of xs the transposed layout of n values needs. */
 static inline __host__ __device__ int xs_floats(int n) { return 16 * (((n + 15) >> 4) | 1); }
 
@@ -68,10 +78,9 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
  * < n_units, unit t being unit uw of row `row` of w0 (and, DUAL, of the same row of w1), its product scaled by
  * wt, as map(t, row, uw, wt) says. UN units of each matrix in flight per lane, every load unconditional (t
  * clamped to a valid unit, the result dropped). acc0 / acc1 are added to, not reduced. */
-template <int T, bool DUAL, class Map>
+template <int T, bool DUAL, int UN = mv_units<T>(), class Map>
 static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
                                                  int n_units, int lane, Map map, float &acc0, float &acc1) {
-    constexpr int UN = mv_units<T>();
     constexpr int UD = DUAL ? UN : 1;
     for (int t0 = lane; t0 < n_units; t0 += 32 * UN) {
         raw16<T> ra[UN], rb[UD];
@@ -117,9 +126,9 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
 /* The routing of one row by one warp: probs holds the router logits; softmax over the experts (max, exp, a
  * double sum, times 1/sum as the CPU does), then k rounds of argmax over the experts not yet taken (the larger
  * probability, the lower id on ties), then the renormalization of the chosen weights (a double sum in the
- * order of the choice, clamped below). */
+ * order of the choice, clamped below). PL: experts per lane, n_expert <= 32 * PL. */
+template <int PL>
 static __device__ void route_row(const moe_args &a, int row, int lane) {
-    constexpr int PL = MOE_MAX_EXPERT / 32;
     const int X = a.n_expert, K = a.k;
     float *pr = a.probs + (long long)row * X;
     float p[PL];
@@ -171,8 +180,11 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
     extern __shared__ float xs[];
     __shared__ float red[MOE_WARPS];
     __shared__ int last;
-    pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (row == 0) /* the router does not depend on the kernel before (the other rows read it from L2) */
+        for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS)
+            prefetch_rows(a.w0, a.w0, e, -1, lane, 32);
+    pdl_wait_then_trigger();
     const int nu = (E + 15) >> 4, nup = nu | 1;
     const float *x = a.x + (long long)row * E;
     float ss = 0.0f;
@@ -192,8 +204,8 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
             a.xh[(long long)row * a.epad + i] = __float2half(i < E ? xs[xs_at(i, nup)] : 0.0f);
     for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS) {
         float acc = 0.0f, none = 0.0f;
-        units_dot<T, false>(a.w0, a.w0, xs, nup, nu, lane,
-                            [&](int t, int &r, int &uw, float &wt) { r = e, uw = t, wt = 1.0f; }, acc, none);
+        units_dot<T, false, MOE_ROUTE_UN>(a.w0, a.w0, xs, nup, nu, lane,
+                                          [&](int t, int &r, int &uw, float &wt) { r = e, uw = t, wt = 1.0f; }, acc, none);
         acc = warp_sum(acc);
         if (lane == 0) a.probs[(long long)row * a.n_expert + e] = acc;
     }
@@ -203,7 +215,9 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
     __syncthreads();
     if (!last || warp != 0) return;
     __threadfence();
-    route_row(a, row, lane);
+    if (a.n_expert <= 128) route_row<4>(a, row, lane);
+    else if (a.n_expert <= 256) route_row<8>(a, row, lane);
+    else route_row<MOE_MAX_EXPERT / 32>(a, row, lane);
     if (lane == 0) a.counter[row] = 0;
 }
 
@@ -214,14 +228,14 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_consta
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nu = (E + 15) >> 4, nup = nu | 1;
+    const int p = blockIdx.x * MOE_WARPS + warp, j = min(p / F, K - 1), r = p - j * F;
+    const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
+    const int wrow = e * F + r;
+    if (p < K * F) prefetch_rows(a.w0, a.w1, wrow, wrow, lane, 32); /* while the input is staged */
     const float *xn = a.xn + (long long)row * E;
     for (int i = tid; i < 16 * nu; i += MOE_THREADS) xs[xs_at(i, nup)] = i < E ? __ldcg(xn + i) : 0.0f;
     __syncthreads();
-    const int p = blockIdx.x * MOE_WARPS + warp;
     if (p >= K * F) return;
-    const int j = p / F, r = p - j * F;
-    const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
-    const int wrow = e * F + r;
     float g = 0.0f, u = 0.0f;
     units_dot<T, true>(a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; },
                        g, u);
@@ -240,6 +254,9 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fp = (F + 15) & ~15, nue = fp >> 4, nu = K * nue, nup = nu | 1;
+    const int c0 = min(blockIdx.x * MOE_WARPS + warp, E - 1);
+    for (int j = lane; j < K; j += 32) /* this warp's rows of the chosen experts into L2 while h is staged */
+        prefetch_rows(a.w0, a.w0, min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1) * E + c0, -1, 0, 1);
     const float *h = a.h + (long long)row * K * F;
     for (int i = tid; i < K * fp; i += MOE_THREADS) {
         const int j = i / fp, r = i - j * fp;
