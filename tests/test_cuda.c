@@ -447,9 +447,11 @@ TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
     const struct { int nh, nkv, hd, n_ctx, n_rows, n_split, half; int seq[MAXR], pos[MAXR]; } dec[] = {
         {9, 3, 64, 2048, 1, 0, 0, {0}, {0}},           /* smollm2's heads, 1 key */
         {9, 3, 64, 2048, 1, 0, 0, {0}, {6}},           /* 7 keys */
+        {9, 3, 64, 2048, 1, 0, 0, {0}, {31}},          /* 32 keys: the last context of one split */
+        {9, 3, 64, 2048, 1, 0, 0, {0}, {32}},          /* 33 keys: two splits, combined */
         {9, 3, 64, 2048, 1, 0, 0, {0}, {63}},
-        {9, 3, 64, 2048, 1, 0, 0, {0}, {127}},         /* 128 keys: the last context of one split */
-        {9, 3, 64, 2048, 1, 0, 0, {0}, {128}},         /* 129 keys: two splits, combined */
+        {9, 3, 64, 2048, 1, 0, 0, {0}, {127}},
+        {9, 3, 64, 2048, 1, 0, 0, {0}, {128}},
         {9, 3, 64, 2048, 1, 0, 0, {0}, {512}},         /* 513 keys */
         {9, 3, 64, 2048, 1, 0, 0, {0}, {2047}},        /* 2048 keys */
         {9, 3, 64, 2048, 1, 1, 0, {0}, {2047}},        /* one split: sub-chunks of the online softmax */

@@ -18,7 +18,9 @@
 #define AD_THREADS 256
 #define AD_WARPS (AD_THREADS / 32)
 #define AD_SUB 128 /* keys whose scores are in shared memory at once */
-#define AD_MIN_CHUNK 128 /* keys of a split at least: up to 128 keys one block, no partials, no combine */
+#define AD_MIN_CHUNK 32 /* keys of a split at least: up to 32 keys one block, no partials, no combine */
+#define AD_MAX_SPLIT 32 /* splits of a row at most: the combine reads every split's partial (more cost it more
+                         * than they save: bench/RESULTS.md, "one query head per block") */
 /* Query heads a block takes at most (ck_attn_heads_per_block; the kernel's one MG). One: a block's work per key
  * is one dot product and one row of V, so each key pass is short; the G heads that share a KV head read its
  * keys and values G times, all but the first from L2. Measured against 2 and against all G of a KV head in one
@@ -102,7 +104,8 @@ template <int MG, bool VEC>
 __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constant__ attn_args a) {
     __shared__ float sc[MG][AD_SUB];
     __shared__ float m_sh[MG], l_sh[MG], al_sh[MG];
-    __shared__ float red[MG * 256];
+    static_assert(MG <= 2, "red: a row of MG heads per warp in static shared memory");
+    __shared__ float red[AD_WARPS][MG * 256];
     __shared__ float wsm[CK_ATT_MAX_SPLIT * MG];
     __shared__ int is_last;
     pdl_wait_then_trigger();
@@ -191,14 +194,14 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
             for (int e = 0; e < 8; e++) acc[g][e] *= al;
         }
 #pragma unroll 4
-        for (int st = 0; st * kps < n; st++) {
+        for (int st = 0; st * kps < n; st++) { /* every load unconditional (key 0 past the end, weight 0) */
             const int kk = st * kps + kq;
-            if (kk >= n) break;
+            const bool ok = kk < n;
             float vf[8];
-            load8<VEC>(vbase + (long long)(kb + kk) * a.kv_dim, li, hd, vf);
+            load8<VEC>(vbase + (long long)(kb + (ok ? kk : 0)) * a.kv_dim, li, hd, vf);
 #pragma unroll
             for (int g = 0; g < MG; g++) {
-                const float p = g < Gb ? sc[g][kk] : 0.0f;
+                const float p = ok && g < Gb ? sc[g][kk] : 0.0f;
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
             }
@@ -206,33 +209,33 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
         __syncthreads();
     }
 
-    /* the key groups of a warp, then the warps in order (deterministic): red[g * hd + d] */
+    /* the key groups of a warp by shuffles, each warp's sums to red[warp], then every element as the sum over
+     * the warps in order (deterministic) */
     for (int o = L; o < 32; o <<= 1)
 #pragma unroll
         for (int g = 0; g < MG; g++)
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xFFFFFFFFu, acc[g][e], o);
-    for (int w = 0; w < AD_WARPS; w++) {
-        if (warp == w && lane < L)
+    if (lane < L)
 #pragma unroll
-            for (int g = 0; g < MG; g++)
+        for (int g = 0; g < MG; g++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const int d = 8 * li + e;
-                    if (g < Gb && d < hd) red[g * hd + d] = (w ? red[g * hd + d] : 0.0f) + acc[g][e];
-                }
-        __syncthreads();
-    }
-    if (n_active == 1) {
-        for (int i = tid; i < Gb * hd; i += AD_THREADS) attn_put(a, r, h0 * hd + i, red[i] / l_sh[i / hd]);
-        return;
-    }
+            for (int e = 0; e < 8; e++) {
+                const int d = 8 * li + e;
+                if (g < Gb && d < hd) red[warp][g * hd + d] = acc[g][e];
+            }
+    __syncthreads();
     const int stride = hd + 2;
     float *part = a.part + ((long long)r * a.n_split + split) * a.n_head * stride;
     for (int i = tid; i < Gb * hd; i += AD_THREADS) {
+        float v = red[0][i];
+#pragma unroll
+        for (int w = 1; w < AD_WARPS; w++) v += red[w][i];
         const int g = i / hd, d = i - g * hd;
-        part[(h0 + g) * stride + d] = red[i];
+        if (n_active == 1) attn_put(a, r, h0 * hd + i, v / l_sh[g]);
+        else part[(h0 + g) * stride + d] = v;
     }
+    if (n_active == 1) return;
     if (tid < Gb) part[(h0 + tid) * stride + hd] = m_sh[tid], part[(h0 + tid) * stride + hd + 1] = l_sh[tid];
     __threadfence();
     __syncthreads();
@@ -401,7 +404,7 @@ static int attn_groups(int n_head, int n_head_kv) {
 int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {
     const int blocks = n_rows * attn_groups(n_head, n_head_kv);
     int s = (2 * n_sm + blocks - 1) / blocks;
-    if (s > 32) s = 32; /* the combine reads every split's partial: more splits cost it more than they save */
+    if (s > AD_MAX_SPLIT) s = AD_MAX_SPLIT;
     if (s > (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK) s = (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK; /* never used */
     return s < 1 ? 1 : s;
 }

@@ -152,7 +152,7 @@ struct attn_args {
  * to ceil(G / that) blocks, each reading the head's keys and values, the later reads from L2). */
 int ck_attn_heads_per_block(int n_head, int n_head_kv);
 /* Splits of a decode attention over n_rows rows (the grid): enough blocks for two per SM, at most 32 and no
- * more than a context of n_ctx keys can use (chunks of at least 128 keys). */
+ * more than a context of n_ctx keys can use (chunks of at least 32 keys). */
 int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */
