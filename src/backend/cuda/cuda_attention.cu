@@ -21,7 +21,7 @@
 #define AD_MIN_CHUNK 32 /* keys of a split at least: up to 32 keys one block, no partials, no combine */
 #define AD_MAX_SPLIT 32 /* splits of a row at most: the combine reads every split's partial (more cost it more
                          * than they save: bench/RESULTS.md, "one query head per block") */
-/* Query heads a block takes at most (ck_attn_heads_per_block; the kernel's one MG). One: a block's work per key
+/* Query heads a block takes at most (the kernel's one MG; attn_groups). One: a block's work per key
  * is one dot product and one row of V, so each key pass is short; the G heads that share a KV head read its
  * keys and values G times, all but the first from L2. Measured against 2 and against all G of a KV head in one
  * block: bench/RESULTS.md, "CUDA decode attention: one query head per block". */
@@ -390,15 +390,10 @@ int ck_attn_kernel_count(void) { return N_ATTN; }
 const void *ck_attn_kernel_at(int i) { return attn_table[i].fn; }
 const char *ck_attn_kernel_name(int i) { return attn_table[i].name; }
 
-int ck_attn_heads_per_block(int n_head, int n_head_kv) {
-    const int G = n_head / n_head_kv;
-    return G < AD_HEADS_PER_BLOCK ? G : AD_HEADS_PER_BLOCK;
-}
-
-/* Blocks of a decode row for each split: a KV head's G query heads in groups of ck_attn_heads_per_block. */
+/* Blocks of a decode row for each split: a KV head's G query heads in groups of at most AD_HEADS_PER_BLOCK. */
 static int attn_groups(int n_head, int n_head_kv) {
-    const int hb = ck_attn_heads_per_block(n_head, n_head_kv);
-    return n_head_kv * ((n_head / n_head_kv + hb - 1) / hb);
+    const int G = n_head / n_head_kv, hb = G < AD_HEADS_PER_BLOCK ? G : AD_HEADS_PER_BLOCK;
+    return n_head_kv * ((G + hb - 1) / hb);
 }
 
 int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {

@@ -147,12 +147,9 @@ struct attn_args {
 };
 #define CK_ATT_MAX_SPLIT 128
 
-/* Query heads of one decode attention block, of the G = n_head / n_head_kv that share a KV head (at most
- * AD_HEADS_PER_BLOCK of cuda_attention.cu, so that a block's work per key stays short: a KV head's G heads go
- * to ceil(G / that) blocks, each reading the head's keys and values, the later reads from L2). */
-int ck_attn_heads_per_block(int n_head, int n_head_kv);
 /* Splits of a decode attention over n_rows rows (the grid): enough blocks for two per SM, at most 32 and no
- * more than a context of n_ctx keys can use (chunks of at least 32 keys). */
+ * more than a context of n_ctx keys can use (chunks of at least 32 keys). A split of a row is a block per group
+ * of query heads (of at most AD_HEADS_PER_BLOCK of cuda_attention.cu: one), so at most n_head blocks. */
 int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm);
 
 /* Every __global__ of the backend, listed so that open can load each one eagerly. */
