@@ -7,6 +7,7 @@
  * GPU is present.
  */
 #include "test.h"
+#include "q8_ref.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -92,16 +93,8 @@ static const uint32_t kernel_types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYP
                                         KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
 
 /* The types whose decode matvec quantizes its input to 8-bit blocks, as the reference engine does for them. */
-static bool q8_input(uint32_t t) { return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1; }
-
-/* For those types, the scalar reference of one weight row: the CPU's scalar dot against the input quantized by
- * the reference engine's activation quantizer (q: a buffer of kiln_row_bytes(vec_dot_type, in) bytes). */
-static double q8_row_dot(uint32_t type, const void *w, int in, int row, const float *x, void *q) {
-    const kiln_type_info *ti = kiln_type_get(type);
-    float s;
-    kiln_quantize_row_for_dot(type, x, q, in);
-    ti->vec_dot(in, &s, (const uint8_t *)w + (size_t)row * kiln_row_bytes(type, (uint64_t)in), q);
-    return s;
+static bool q8_input(uint32_t t) {
+    return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1 || t == KILN_TYPE_Q4_K;
 }
 
 /* The matvec's tolerance (relative L2) against its reference: float inputs 2e-5; the 8-bit inputs can round a
@@ -139,7 +132,6 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
             void *w = random_weight(&rng, type, in, out, &deq);
             float *x = malloc(sizeof(float) * in), *nw = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * out);
             float *xn = malloc(sizeof(float) * in);
-            void *qx = malloc(kiln_row_bytes(KILN_TYPE_Q8_1, (uint64_t)in));
             double *ref = malloc(sizeof(double) * out);
             fill_normal(&rng, x, (size_t)in, 1.0f);
             fill_normal(&rng, nw, (size_t)in, 1.0f);
@@ -153,7 +145,8 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
                     double acc = 0;
                     for (int k = 0; k < in; k++)
                         acc += (double)deq[(size_t)r * in + k] * (norm ? x[k] * scale * nw[k] : x[k]);
-                    ref[r] = q8_input(type) ? q8_row_dot(type, w, in, r, xn, qx) : acc;
+                    const uint8_t *wr = (const uint8_t *)w + (size_t)r * kiln_row_bytes(type, (uint64_t)in);
+                    ref[r] = q8_input(type) ? test_q8_ref_dot(type, wr, deq + (size_t)r * in, xn, in) : acc;
                 }
                 for (int r = 0; r < out; r++) y[r] = NAN;
                 CHECK_OK(kiln_cuda_test_matvec(type, w, in, out, x, norm ? nw : NULL, y));
@@ -161,7 +154,7 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
                 CHECKF(e < mv_tolerance(type), "matvec %s %dx%d norm=%d: relative error %.3g", ti->name, out, in,
                        norm, e);
             }
-            free(w), free(deq), free(x), free(nw), free(y), free(ref), free(xn), free(qx);
+            free(w), free(deq), free(x), free(nw), free(y), free(ref), free(xn);
         }
     }
 }
@@ -174,7 +167,7 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
     const int in = t->in, out = t->out;
     const size_t kv_n = t->kind == KILN_MVB_QKV ? (size_t)t->n_seq * t->n_ctx * t->nk : 0;
     float *xn = malloc(sizeof(float) * in);
-    void *qx = malloc(kiln_row_bytes(KILN_TYPE_Q8_1, (uint64_t)in));
+    const size_t rb = q8_input(t->type) ? kiln_row_bytes(t->type, (uint64_t)in) : 0;
     for (size_t i = 0; i < 2 * kv_n; i++) kv_ref[i] = 0;
     for (int r = 0; r < t->nr; r++) {
         const float *x = t->x + (size_t)r * in;
@@ -190,8 +183,9 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
                 if (deq1) a1 += deq1[(size_t)o * in + k] * xv;
             }
             if (q8_input(t->type)) {
-                a0 = q8_row_dot(t->type, t->w, in, o, xn, qx);
-                if (deq1) a1 = q8_row_dot(t->type, t->w1, in, o, xn, qx);
+                a0 = test_q8_ref_dot(t->type, (const uint8_t *)t->w + (size_t)o * rb, deq + (size_t)o * in, xn, in);
+                if (deq1)
+                    a1 = test_q8_ref_dot(t->type, (const uint8_t *)t->w1 + (size_t)o * rb, deq1 + (size_t)o * in, xn, in);
             }
             yr[o] = t->kind == KILN_MVB_ADD ? y_in[(size_t)r * out + o] + a0
                     : t->kind == KILN_MVB_SWIGLU ? a0 / (1.0 + exp(-a0)) * a1 : a0;
@@ -207,7 +201,7 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
         double *kc = kv_ref + ((size_t)t->seq[r] * t->n_ctx + t->pos[r]) * t->nk;
         for (int j = 0; j < t->nk; j++) kc[j] = yr[t->nq + j], kc[kv_n + j] = yr[t->nq + t->nk + j];
     }
-    free(xn), free(qx);
+    free(xn);
 }
 
 /* Row r of an nr-row call, alone: the same call with x, y (and pos, seq) of that row only. */

@@ -48,10 +48,11 @@ extern "C" {
 
 #define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
 #define CK_MAX_BUCKETS 16                /* decode-step sizes 1..8, then 16, 32, ..., 256 */
-/* The most rows of a decode step that run the multi-row matvecs. Measured on the H200 (smollm2-135m Q8_0, 4
- * rows): 2.43 ms per step through k_matvec<T, 8>, 1.72 ms through the split-K GEMMs; so 1 (the one-row
- * matvecs) until the multi-row matvec is the faster one. */
-#define STEP_MV_ROWS 1
+/* The most rows of a decode step that run the multi-row matvecs (more rows: the split-K GEMMs). Measured on
+ * the H200 (bench/RESULTS.md, multi-row matvec in one wave), step ms matvec / GEMM: smollm2-135m Q8_0 2 rows
+ * 0.93 / 1.47, 4 rows 1.41 / 1.51, 8 rows 2.28 / 1.55; llama-3.2-1b Q8_0 1.24 / 2.62, 1.94 / 2.55, 2.69 / 2.70;
+ * Q4_K 1.24 / 3.12, 1.77 / 3.00, 3.27 / 3.26. */
+#define STEP_MV_ROWS 4
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -146,50 +146,37 @@ static __device__ __forceinline__ void load16(const dev_weight &w, int row, int 
     }
 }
 
-/* value[i] = s * v[i] + b for the 16 values load16 fetched at k0. */
+/* Bytes of u minus the bytes of c, each result a signed byte (every byte of u - c in -128..127), with no borrow
+ * between bytes: each byte of u | 0x80808080 is at least 0x80. */
+static __device__ __forceinline__ uint32_t sub_bytes(uint32_t u, uint32_t c) { return ((u | 0x80808080u) - c) ^ 0x80808080u; }
+
+/* The 16 values load16 fetched at k0 of a block-quantized type as 4 words of bytes in order (value i in byte
+ * i % 4 of w[i / 4]): value[i] = s * (byte[i] - off) + b, the bytes unsigned (0..63) except Q8_0's, which are
+ * signed with off 0. */
 template <int T>
-static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, float v[16], float &s, float &b) {
-    s = 1.0f;
+static __device__ __forceinline__ void bytes16(const raw16<T> &r, int k0, uint32_t w[4], float &s, float &b, int &off) {
+    const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
+    const int shift = (k0 & 16) ? 4 : 0; /* the 4-bit types of 32-value blocks: low nibbles, then high */
     b = 0.0f;
-    if constexpr (T == CK_F32) {
-        const uint32_t *wd = (const uint32_t *)r.q;
+    off = T == CK_Q4_0 ? 8 : T == CK_Q5_0 ? 16 : T == CK_Q6_K ? 32 : 0;
+    if constexpr (T == CK_Q8_0) {
 #pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = __uint_as_float(wd[i]);
-    } else if constexpr (T == CK_F16 || T == CK_BF16) {
-        const uint32_t *wd = (const uint32_t *)r.q;
+        for (int i = 0; i < 4; i++) w[i] = lq[i];
+        s = h2f((uint16_t)r.m[0]);
+    } else if constexpr (T == CK_Q4_0 || T == CK_Q4_1) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint16_t lo = (uint16_t)(wd[j] & 0xFFFF), hi = (uint16_t)(wd[j] >> 16);
-            v[2 * j] = T == CK_F16 ? h2f(lo) : bf2f(lo);
-            v[2 * j + 1] = T == CK_F16 ? h2f(hi) : bf2f(hi);
-        }
-    } else if constexpr (T == CK_Q8_0) {
-        s8x4_to_f(r.q[0].x, v), s8x4_to_f(r.q[0].y, v + 4), s8x4_to_f(r.q[0].z, v + 8), s8x4_to_f(r.q[0].w, v + 12);
-        s = h2f((uint16_t)r.m[0]);
-    } else if constexpr (T == CK_Q4_0) {
-        const int shift = (k0 & 16) ? 4 : 0;
-        const uint4 u = r.q[0];
-        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 8.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 8.0f, v + 4);
-        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 8.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 8.0f, v + 12);
-        s = h2f((uint16_t)r.m[0]);
-    } else if constexpr (T == CK_Q4_1) {
-        const int shift = (k0 & 16) ? 4 : 0;
-        const uint4 u = r.q[0];
-        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 0.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 0.0f, v + 4);
-        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 0.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 0.0f, v + 12);
+        for (int i = 0; i < 4; i++) w[i] = (lq[i] >> shift) & 0x0F0F0F0Fu;
         s = h2f((uint16_t)(r.m[0] & 0xFFFF));
-        b = h2f((uint16_t)(r.m[0] >> 16));
+        if constexpr (T == CK_Q4_1) b = h2f((uint16_t)(r.m[0] >> 16));
     } else if constexpr (T == CK_Q5_0 || T == CK_Q5_1) {
         /* value i of the 16: its nibble, bit 4 from bit i (first half) or 16 + i (second half) of qh */
         const uint32_t qh = T == CK_Q5_0 ? __funnelshift_r(r.m[0], r.m[1], 16) : r.m[1];
         const uint32_t hb = qh >> (k0 & 16);
-        const int shift = (k0 & 16) ? 4 : 0;
-        const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             /* 4 bits of hb to bit 0 of each byte (the shifted copies do not overlap) */
             const uint32_t h = ((((hb >> (4 * i)) & 0xFu) * 0x00204081u) & 0x01010101u) << 4;
-            u8x4_to_f(((lq[i] >> shift) & 0x0F0F0F0Fu) | h, T == CK_Q5_0 ? 16.0f : 0.0f, v + 4 * i);
+            w[i] = ((lq[i] >> shift) & 0x0F0F0F0Fu) | h;
         }
         s = h2f((uint16_t)(r.m[0] & 0xFFFF));
         if constexpr (T == CK_Q5_1) b = h2f((uint16_t)(r.m[0] >> 16));
@@ -211,20 +198,55 @@ static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, floa
             sc = (int)((q8 & 15) | ((qlo >> 6) << 4));
             mn = (int)((q8 >> 4) | ((qhi >> 6) << 4));
         }
-        const int shift = 4 * hi;
-        const uint4 u = r.q[0];
-        u8x4_to_f((u.x >> shift) & 0x0F0F0F0Fu, 0.0f, v), u8x4_to_f((u.y >> shift) & 0x0F0F0F0Fu, 0.0f, v + 4);
-        u8x4_to_f((u.z >> shift) & 0x0F0F0F0Fu, 0.0f, v + 8), u8x4_to_f((u.w >> shift) & 0x0F0F0F0Fu, 0.0f, v + 12);
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = (lq[i] >> (4 * hi)) & 0x0F0F0F0Fu;
         s = d * (float)sc;
         b = -dmin * (float)mn;
     } else if constexpr (T == CK_Q6_K) {
         const int idx = k0 & 255, quad = (idx & 127) >> 5;
         const int ns = (quad >= 2) ? 4 : 0, hs = 2 * quad;
-        const uint32_t lq[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w}, hq[4] = {r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
+        const uint32_t hq[4] = {r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            u8x4_to_f(((lq[i] >> ns) & 0x0F0F0F0Fu) | (((hq[i] >> hs) & 0x03030303u) << 4), 32.0f, v + 4 * i);
+        for (int i = 0; i < 4; i++) w[i] = ((lq[i] >> ns) & 0x0F0F0F0Fu) | (((hq[i] >> hs) & 0x03030303u) << 4);
         s = h2f((uint16_t)r.m[0]) * (float)(int32_t)r.m[1];
+    }
+}
+
+/* The same 16 values as signed bytes: value[i] = s * byte[i] + b (for the 8-bit dot products). */
+template <int T>
+static __device__ __forceinline__ void convert16_q8(const raw16<T> &r, int k0, uint32_t w[4], float &s, float &b) {
+    int off;
+    bytes16<T>(r, k0, w, s, b, off);
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = off ? sub_bytes(w[i], 0x01010101u * (uint32_t)off) : w[i];
+}
+
+/* value[i] = s * v[i] + b for the 16 values load16 fetched at k0. */
+template <int T>
+static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, float v[16], float &s, float &b) {
+    if constexpr (T == CK_F32 || T == CK_F16 || T == CK_BF16) {
+        s = 1.0f;
+        b = 0.0f;
+        const uint32_t *wd = (const uint32_t *)r.q;
+#pragma unroll
+        for (int j = 0; j < (T == CK_F32 ? 16 : 8); j++) {
+            if constexpr (T == CK_F32) {
+                v[j] = __uint_as_float(wd[j]);
+            } else {
+                const uint16_t lo = (uint16_t)(wd[j] & 0xFFFF), hi = (uint16_t)(wd[j] >> 16);
+                v[2 * j] = T == CK_F16 ? h2f(lo) : bf2f(lo);
+                v[2 * j + 1] = T == CK_F16 ? h2f(hi) : bf2f(hi);
+            }
+        }
+    } else {
+        uint32_t w[4];
+        int off;
+        bytes16<T>(r, k0, w, s, b, off);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if constexpr (T == CK_Q8_0) s8x4_to_f(w[i], v + 4 * i);
+            else u8x4_to_f(w[i], (float)off, v + 4 * i);
+        }
     }
 }
 
@@ -306,9 +328,9 @@ template <int R> static __device__ __forceinline__ int mv_rows(const mv_args &a)
 
 /* The 8-bit levels of one block of 32 input values that a group of G aligned lanes holds, N each (v, in place):
  * q = round-half-even(v * 127 / amax), exact in floats, with amax over the block, as the reference engine's
- * activation blocks have them; the group's first lane stores amax and the sum of the levels at m[0] and m[NB]. */
+ * activation blocks have them; the group's first lane stores amax and the sum of the levels at m[0], m[1]. */
 template <int N, int G>
-static __device__ __forceinline__ void q8_levels(float *v, float *m, int NB) {
+static __device__ __forceinline__ void q8_levels(float *v, float *m) {
     const int lane = threadIdx.x & 31;
     const unsigned mask = G == 32 ? 0xFFFFFFFFu : ((1u << G) - 1) << (lane & ~(G - 1));
     float amax = 0.0f, sum = 0.0f;
@@ -321,16 +343,42 @@ static __device__ __forceinline__ void q8_levels(float *v, float *m, int NB) {
     for (int i = 0; i < N; i++) v[i] = rintf(v[i] * id), sum += v[i];
 #pragma unroll
     for (int o = 1; o < G; o <<= 1) sum += __shfl_xor_sync(mask, sum, o);
-    if ((lane & (G - 1)) == 0) m[0] = amax, m[NB] = sum;
+    if ((lane & (G - 1)) == 0) m[0] = amax, m[1] = sum;
 }
 
-/* Prologue: the nr input rows (RMSNorm'ed or not) in shared memory, row r at xs + r * 16 * NUP, each
- * transposed so that lane u of a warp reading value i of its unit (16 values) hits bank (i * NUP + u) % 32:
- * xs[r * 16 * NUP + (k % 16) * NUP + k / 16] = x_r[k] (times the norm weight). With NORM, nred[r][warp]
- * receives the warp's sum of squares of row r. For a type with 8-bit inputs (ck_q8_input; in a multiple of
- * 32) xs holds each block's levels instead (q8_levels of the values before the RMSNorm factor, which does not
- * change them but in the last bit) and meta + r * 2 * NB (NB = in / 32) the blocks' amax and level sums (the
- * factor goes into the blocks' scales, q8_block_scales). Ends with a barrier. */
+/* Four levels (integers in -127..127 held as floats) as the signed bytes of one word, in order. */
+static __device__ __forceinline__ uint32_t pack_levels(const float *e) {
+    const uint32_t lo = __byte_perm((uint32_t)(int)e[0], (uint32_t)(int)e[1], 0x0040);
+    const uint32_t hi = __byte_perm((uint32_t)(int)e[2], (uint32_t)(int)e[3], 0x0040);
+    return __byte_perm(lo, hi, 0x5410);
+}
+
+/* The value store of the prologue: float values transposed so that lane u of a warp reading value i of its
+ * unit (16 values) hits bank (i * NUP + u) % 32 (xs[(k % 16) * NUP + k / 16] = x[k]); 8-bit levels in order as
+ * bytes (4 values per word: word k / 4), read 16 bytes a unit. */
+template <bool Q8> struct mv_store {
+    float *xr;
+    int NUP;
+    __device__ __forceinline__ void four(int k, const float *e) const { /* values k..k+3, k a multiple of 4 */
+        if constexpr (Q8) {
+            ((uint32_t *)xr)[k >> 2] = pack_levels(e);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) xr[((k + i) & 15) * NUP + ((k + i) >> 4)] = e[i];
+        }
+    }
+    __device__ __forceinline__ void one(int k, float e) const {
+        if constexpr (Q8) ((int8_t *)xr)[k] = (int8_t)(int)e;
+        else xr[(k & 15) * NUP + (k >> 4)] = e;
+    }
+};
+
+/* Prologue: the nr input rows (RMSNorm'ed or not) in shared memory, row r at xs + r * 16 * NUP as mv_store
+ * lays it out (times the norm weight). With NORM, nred[r][warp] receives the warp's sum of squares of row r.
+ * For a type with 8-bit inputs (ck_q8_input; in a multiple of 32) the row holds each block's levels instead
+ * (q8_levels of the values before the RMSNorm factor, which does not change them but in the last bit), and
+ * meta + r * 2 * NB (NB = in / 32) each block's (amax, level sum); q8_finish_scales turns them into the
+ * blocks' scales. Ends with a barrier. */
 template <int T, int R>
 static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, float *xs, float (*nred)[MV_WARPS],
                                                     float *meta) {
@@ -351,16 +399,12 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
             float4 v[R];
 #pragma unroll
             for (int r = 0; r < R; r++) v[r] = __ldcg((const float4 *)(a.x + (long long)(r < nr ? r : nr - 1) * a.x_stride) + i4);
-            const int i = 4 * i4;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                float *xr = xs + r * 16 * NUP;
                 if (r < nr) {
                     float e[4] = {v[r].x * w.x, v[r].y * w.y, v[r].z * w.z, v[r].w * w.w};
-                    if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + (i4 >> 3), NB);
-#define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
-                    XS(i) = e[0], XS(i + 1) = e[1], XS(i + 2) = e[2], XS(i + 3) = e[3];
-#undef XS
+                    if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + 2 * (i4 >> 3));
+                    mv_store<Q8>{xs + r * 16 * NUP, NUP}.four(4 * i4, e);
                 }
                 ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
             }
@@ -369,8 +413,8 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
         for (int r = 0; r < R; r++) {
             if (norm) ss[r] = warp_sum(ss[r]);
             if (norm && lane == 0 && r < nr) nred[r][warp] = ss[r];
-            float *xr = xs + r * 16 * NUP;
-            for (int i = in + tid; r < nr && i < in_pad; i += MV_THREADS) xr[(i & 15) * NUP + (i >> 4)] = 0.0f;
+            const mv_store<Q8> st{xs + r * 16 * NUP, NUP};
+            for (int i = in + tid; r < nr && i < in_pad; i += MV_THREADS) st.one(i, 0.0f);
         }
         __syncthreads();
         return;
@@ -379,8 +423,7 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
     for (int r = 0; r < R; r++) {
         if (r >= nr) break;
         const float *x = a.x + (long long)r * a.x_stride;
-        float *xr = xs + r * 16 * NUP;
-#define XS(k) xr[((k) & 15) * NUP + ((k) >> 4)]
+        const mv_store<Q8> st{xs + r * 16 * NUP, NUP};
         float ss = 0.0f;
         if ((in & 3) == 0 && ((uintptr_t)x & 15) == 0 && (!norm || ((uintptr_t)a.norm_w & 15) == 0)) {
             /* 16-byte loads, up to eight per thread in flight: one round trip for inputs up to 8192 values */
@@ -389,10 +432,9 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
             for (int i4 = tid; i4 < in4; i4 += MV_THREADS) {
                 const float4 v = __ldcg((const float4 *)x + i4);
                 const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-                const int i = 4 * i4;
                 float e[4] = {v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w};
-                if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + (i4 >> 3), NB);
-                XS(i) = e[0], XS(i + 1) = e[1], XS(i + 2) = e[2], XS(i + 3) = e[3];
+                if constexpr (Q8) q8_levels<4, 8>(e, meta + r * 2 * NB + 2 * (i4 >> 3));
+                st.four(4 * i4, e);
                 ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
         } else {
@@ -400,8 +442,8 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
             for (int i = tid; i < in; i += MV_THREADS) {
                 const float v = __ldcg(x + i), w = norm ? __ldg(a.norm_w + i) : 1.0f;
                 float e = v * w;
-                if constexpr (Q8) q8_levels<1, 32>(&e, meta + r * 2 * NB + (i >> 5), NB);
-                XS(i) = e;
+                if constexpr (Q8) q8_levels<1, 32>(&e, meta + r * 2 * NB + 2 * (i >> 5));
+                st.one(i, e);
                 ss += v * v;
             }
         }
@@ -409,18 +451,20 @@ static __device__ __forceinline__ void matvec_input(const mv_args &a, int NUP, f
             ss = warp_sum(ss);
             if (lane == 0) nred[r][warp] = ss;
         }
-        for (int i = in + tid; i < in_pad; i += MV_THREADS) XS(i) = 0.0f;
-#undef XS
+        for (int i = in + tid; i < in_pad; i += MV_THREADS) st.one(i, 0.0f);
     }
     __syncthreads();
 }
 
-/* An 8-bit input block's d = amax / 127 and s = d * (sum of its levels), rounded to half as the reference
- * engine's activation blocks store them (amax: of the values after the RMSNorm factor). */
+/* An 8-bit input block's d = amax / 127 rounded to half as the reference engine's activation blocks store it
+ * (amax: of the values after the RMSNorm factor), and its minimum term's factor s: for Q4_1 / Q5_1 the
+ * half-rounded d * (sum of its levels), as the CPU's activation blocks store it; for the other types d times
+ * the sum (the reference engine's Q4_K dot product; no other type uses it). */
+template <int T>
 static __device__ __forceinline__ void q8_block_scales(float amax, float level_sum, float &d, float &s) {
     const float d32 = amax / 127.f;
     d = __half2float(__float2half_rn(d32));
-    s = __half2float(__float2half_rn(d32 * level_sum));
+    s = T == CK_Q4_1 || T == CK_Q5_1 ? __half2float(__float2half_rn(d32 * level_sum)) : d * level_sum;
 }
 
 /* The RMSNorm factor of row r from the warps' sums of squares (1 without NORM). */
@@ -533,6 +577,70 @@ static __device__ __forceinline__ void matvec_argmax(const mv_args &a, int block
     }
 }
 
+/* Q8: each block's (amax, level sum) of each row in meta (pairs, row r's NB at meta + 2 * r * NB) becomes its
+ * (d, s) (q8_block_scales, with the row's RMSNorm factor in d). Ends with a barrier. */
+template <int T, int R>
+static __device__ __forceinline__ void q8_finish_scales(const mv_args &a, float *meta, float (*nred)[MV_WARPS]) {
+    const int NB = a.w0.in >> 5, nr = mv_rows<R>(a);
+    for (int i = threadIdx.x; i < nr * NB; i += MV_THREADS) {
+        const int r = i / NB;
+        float2 *m = (float2 *)meta + i;
+        float d, s;
+        q8_block_scales<T>(m->x * matvec_scale(a, nred[r]), m->y, d, s);
+        *m = make_float2(d, s);
+    }
+    __syncthreads();
+}
+
+/* Unit uc (16 values) of two weight rows (raw ra, rb) against every input row (rows past nr: row nr - 1's,
+ * dropped by the caller): c0[r], c1[r] their dot products with input row r, float inputs (transposed in xs). */
+template <int T, int R>
+static __device__ __forceinline__ void mv_unit_float(const raw16<T> &ra, const raw16<T> &rb, int uc, const float *xs,
+                                                     int NUP, int nr, float *c0, float *c1) {
+    float v0[16], v1[16], s0, b0, s1, b1;
+    convert16<T>(ra, 16 * uc, v0, s0, b0);
+    convert16<T>(rb, 16 * uc, v1, s1, b1);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float *xp = xs + (r < nr ? r : nr - 1) * 16 * NUP + uc; /* value i at xp[i * NUP] */
+        float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const float xv = xp[i * NUP];
+            d0 = fmaf(v0[i], xv, d0);
+            d1 = fmaf(v1[i], xv, d1);
+            if constexpr (ck_has_min(T)) sx += xv;
+        }
+        c0[r] = s0 * d0, c1[r] = s1 * d1;
+        if constexpr (ck_has_min(T)) c0[r] += b0 * sx, c1[r] += b1 * sx;
+    }
+}
+
+/* The same with 8-bit inputs (their bytes in order in xs, 16 a unit; block (d, s) pairs in meta): integer dot
+ * products of the signed weight bytes (dp4a), scaled by the weight's and the input block's scales; a type with
+ * a minimum adds it once per 32-value block, with the block's first unit. */
+template <int T, int R>
+static __device__ __forceinline__ void mv_unit_q8(const raw16<T> &ra, const raw16<T> &rb, int uc, const float *xs,
+                                                  int NUP, const float *meta, int NB, int nr, float *c0, float *c1) {
+    uint32_t w0[4], w1[4];
+    float s0, b0, s1, b1;
+    convert16_q8<T>(ra, 16 * uc, w0, s0, b0);
+    convert16_q8<T>(rb, 16 * uc, w1, s1, b1);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int rr = r < nr ? r : nr - 1;
+        const int4 xq = ((const int4 *)(xs + rr * 16 * NUP))[uc];
+        const float2 ds = ((const float2 *)meta)[rr * NB + (uc >> 1)];
+        int i0 = __dp4a((int)w0[0], xq.x, 0), i1 = __dp4a((int)w1[0], xq.x, 0);
+        i0 = __dp4a((int)w0[1], xq.y, i0), i1 = __dp4a((int)w1[1], xq.y, i1);
+        i0 = __dp4a((int)w0[2], xq.z, i0), i1 = __dp4a((int)w1[2], xq.z, i1);
+        i0 = __dp4a((int)w0[3], xq.w, i0), i1 = __dp4a((int)w1[3], xq.w, i1);
+        const float sm = (uc & 1) ? 0.0f : ds.y;
+        c0[r] = fmaf(s0 * ds.x, (float)i0, ck_has_min(T) ? b0 * sm : 0.0f);
+        c1[r] = fmaf(s1 * ds.x, (float)i1, ck_has_min(T) ? b1 * sm : 0.0f);
+    }
+}
+
 /* One block's share of a decode matrix x nr vectors (nr = a.nr <= R) over `n_blocks` blocks (this is block
  * `block`): the weights' first rows are prefetched before the previous kernel is waited for (PDL; several
  * rows also load their first step and let the next kernel launch before that wait), the prologue
@@ -594,11 +702,9 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
     }
     constexpr bool Q8 = ck_q8_input(T);
     const int NB = in >> 5;
-    float *meta = xs + nr * 16 * NUP; /* Q8: the blocks' amax and level sums (matvec_input) */
+    float *meta = xs + nr * 16 * NUP; /* Q8: the blocks' (amax, level sum), then (d, s) (matvec_input) */
     matvec_input<T, R>(a, NUP, xs, nred, meta);
-    float q8_scale[R]; /* Q8: each row's RMSNorm factor (rows past nr: row nr - 1's), applied to its blocks' scales */
-#pragma unroll
-    for (int r = 0; r < R; r++) q8_scale[r] = Q8 ? matvec_scale(a, nred[r < nr ? r : nr - 1]) : 1.0f;
+    if constexpr (Q8) q8_finish_scales<T, R>(a, meta, nred);
     bool first = EARLY; /* the step in ra, rb is the first one */
 
     float best_v[R];
@@ -628,32 +734,12 @@ static __device__ __forceinline__ void matvec_block(const mv_args &a, int block,
         const bool ok = u < ue;                                                 \
         if (TAIL && !ok) break; /* this lane's later units too (loads made) */  \
         const int uc = ok ? u : (u0);                                           \
-        float v0[16], v1[16], s0, b0, s1, b1;                                   \
-        convert16<T>(ra[k], 16 * uc, v0, s0, b0);                               \
-        convert16<T>(rb[k], 16 * uc, v1, s1, b1);                               \
-        _Pragma("unroll") for (int r = 0; r < R; r++) { /* rows past nr: dropped */ \
-            const float *xp = xs + (r < nr ? r : nr - 1) * 16 * NUP + uc; /* value i at xp[i * NUP] */ \
-            float d0 = 0.0f, d1 = 0.0f, sx = 0.0f;                              \
-            _Pragma("unroll") for (int i = 0; i < 16; i++) {                   \
-                const float xv = xp[i * NUP];                                   \
-                d0 = fmaf(v0[i], xv, d0);                                       \
-                d1 = fmaf(v1[i], xv, d1);                                       \
-                if constexpr (ck_has_min(T) && !Q8) sx += xv;                   \
-            }                                                                   \
-            float c0 = s0 * d0, c1 = s1 * d1;                                   \
-            if constexpr (Q8) { /* integer sums; the block's min term once, with its first half */ \
-                const int rr = r < nr ? r : nr - 1;                             \
-                const float *mq = meta + rr * 2 * NB + (uc >> 1);               \
-                float dx, sm;                                                   \
-                q8_block_scales(mq[0] * q8_scale[r], mq[NB], dx, sm);           \
-                sm = (uc & 1) ? 0.0f : sm;                                      \
-                c0 = fmaf(s0 * dx, d0, ck_has_min(T) ? b0 * sm : 0.0f);         \
-                c1 = fmaf(s1 * dx, d1, ck_has_min(T) ? b1 * sm : 0.0f);         \
-            } else if constexpr (ck_has_min(T)) {                               \
-                c0 += b0 * sx, c1 += b1 * sx;                                   \
-            }                                                                   \
-            acc0[r] += ok ? c0 : 0.0f;                                          \
-            acc1[r] += ok ? c1 : 0.0f;                                          \
+        float c0[R], c1[R];                                                     \
+        if constexpr (Q8) mv_unit_q8<T, R>(ra[k], rb[k], uc, xs, NUP, meta, NB, nr, c0, c1); \
+        else mv_unit_float<T, R>(ra[k], rb[k], uc, xs, NUP, nr, c0, c1);       \
+        _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
+            acc0[r] += ok ? c0[r] : 0.0f;                                       \
+            acc1[r] += ok ? c1[r] : 0.0f;                                       \
         }                                                                       \
     }
         for (int u0 = ub + lane; u0 < ue; u0 += 32 * UN) {

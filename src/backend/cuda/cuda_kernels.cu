@@ -277,15 +277,17 @@ cudaError_t ck_set_matvec_smem(size_t bytes) {
 int ck_matvec_plan(mv_args &a, int n_sm) {
     const int n_pairs = a.pair == MV_PAIR_DUAL ? a.w0.out : (a.w0.out + 1) / 2;
     const int n_units = (a.w0.in + 15) / 16;
+    /* blocks an SM holds at once (k_matvec's launch bounds): two of one row, one of several */
+    const int per_sm = a.nr > 1 ? 1 : 2;
     /* split each pair's units over 2..8 warps while there are too few pairs to give every warp slot of
-     * one wave (two blocks per SM) its own, and every lane keeps at least one unit */
-    const int slots = 2 * n_sm * MV_WARPS;
+     * one wave its own, and every lane keeps at least one unit */
+    const int slots = per_sm * n_sm * MV_WARPS;
     int ks = 1;
     while (ks < MV_WARPS && n_pairs * ks * 2 <= slots && n_units / (ks * 2) >= 32) ks *= 2;
     a.ksplit = ks;
     const int ppb = MV_WARPS / ks;
     int blocks = (n_pairs + ppb - 1) / ppb;
-    const int cap = n_sm * 2; /* what fits at once (two blocks per SM): one wave, one prologue per slot */
+    const int cap = n_sm * per_sm; /* what fits at once: one wave, one prologue per slot */
     return blocks < cap ? blocks : cap;
 }
 

@@ -50,9 +50,13 @@ static inline __host__ __device__ constexpr ck_layout ck_layout_of(int t) {
                           : ck_layout{t,         0,    0,   0,    0,    0,      0,      0};
 }
 
-/* The decode matvec quantizes its input to 8-bit blocks for these types (with the block sums where the type
- * has a per-block minimum), as the reference engine does for them, and multiplies integers. */
-static inline __host__ __device__ constexpr bool ck_q8_input(int t) { return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1; }
+/* The decode matvec quantizes its input to 8-bit blocks of 32 for these types (with the block sums where the
+ * type has a per-block minimum), as the reference engine does for them, and multiplies bytes (dp4a). Measured
+ * on the H200 (bench/RESULTS.md, dp4a decode matvec): it pays where the float dequantization is dear (Q4_K
+ * decode +10%); for Q8_0 the extra input quantization costs more than the float products (-4% on smollm2). */
+static inline __host__ __device__ constexpr bool ck_q8_input(int t) {
+    return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1 || t == CK_Q4_K;
+}
 /* dequant16 gives value = s * v + b with b != 0 for these types. */
 static inline __host__ __device__ constexpr bool ck_has_min(int t) { return t == CK_Q4_K || t == CK_Q4_1 || t == CK_Q5_1; }
 
@@ -84,8 +88,9 @@ struct dev_weight {
  * With nr = 0 or 1 (mv_base leaves it 0) it is the single-row call; strides are then unused.
  * Shared memory: ck_matvec_smem_rows(in, nr) bytes, so a session that launches nr rows raises the limit once
  * at open with ck_set_matvec_smem(ck_matvec_smem_rows(widest in, nr)); ck_matvec_max_rows says how many
- * rows fit. Grid: ck_matvec_plan (independent of nr). The weights must be complete before the launch (they are
- * read before the kernel's PDL wait: several rows load their first step there, one row prefetches it to L2). */
+ * rows fit. Grid: ck_matvec_plan (one wave: two blocks per SM of one row, one of several; set nr first). The
+ * weights must be complete before the launch (they are read before the kernel's PDL wait: several rows load
+ * their first step there, one row prefetches it to L2). */
 #define CK_MV_MAX_ROWS 8
 enum { MV_IN_PLAIN = 0, MV_IN_NORM = 1 };
 enum { MV_PAIR_ADJ = 0, MV_PAIR_DUAL = 1 };
