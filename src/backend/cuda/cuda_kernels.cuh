@@ -88,7 +88,9 @@ struct dev_weight {
  * With nr = 0 or 1 (mv_base leaves it 0) it is the single-row call; strides are then unused.
  * Shared memory: ck_matvec_smem_rows(in, nr) bytes, so a session that launches nr rows raises the limit once
  * at open with ck_set_matvec_smem(ck_matvec_smem_rows(widest in, nr)); ck_matvec_max_rows says how many
- * rows fit. Grid: ck_matvec_plan (one wave: two blocks per SM of one row, one of several; set nr first). The
+ * rows fit. Grid: ck_matvec_plan (one wave: two blocks per SM of one row, one of several; where one group of
+ * all rows leaves SMs idle, the rows are split into groups with blocks of their own, the weights shared through
+ * L2; set nr first). The
  * weights must be complete before the launch (they are read before the kernel's PDL wait: several rows load
  * their first step there, one row prefetches it to L2). */
 #define CK_MV_MAX_ROWS 8
@@ -101,6 +103,8 @@ struct mv_args {
     int pair, in_mode, epi;
     int ksplit;                 /* warps per pair (1, 2, 4, 8); set by ck_matvec_plan */
     int nr;                     /* input rows, 1..CK_MV_MAX_ROWS (0 reads as 1) */
+    int row_groups;             /* the rows split into this many groups of ck_mv_group_rows, each on its own
+                                 * blocks (block b: group b % row_groups); 0 or 1: one; set by ck_matvec_plan */
     long long x_stride, y_stride; /* floats between consecutive rows' inputs / outputs */
     const float *x;             /* input rows (PLAIN, NORM) */
     const float *norm_w;        /* NORM: RMSNorm weight (one for all rows) */
@@ -176,8 +180,14 @@ bool ck_pdl_on(void);
 /* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows: k_matvec<T, R> for R = 2, 4 or 8, the
  * smallest R >= nr). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
-/* Chooses the grid of a matvec launch and how many warps share a pair (sets a.ksplit); returns blocks. */
+/* Chooses the grid of a matvec launch, how many warps share a pair and how many row groups there are (sets
+ * a.ksplit and a.row_groups); returns blocks. */
 int ck_matvec_plan(mv_args &a, int n_sm);
+/* The input rows of one row group of a (the last group may have fewer). */
+static inline __host__ __device__ int ck_mv_group_rows(const mv_args &a) {
+    const int nr = a.nr < 1 ? 1 : a.nr, g = a.row_groups < 1 ? 1 : a.row_groups;
+    return (nr + g - 1) / g;
+}
 void ck_attention(const attn_args &a, int n_tok, cudaStream_t st);
 void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st);
 /* The attention kernels, for the kernel table (cuda_attention.cu). */
