@@ -11,6 +11,7 @@
  * here; the tensor-core GEMMs on a batch of NG rows where one expert is chosen by every row, one by none).
  */
 #include "test.h"
+#include "q8_ref.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -82,8 +83,9 @@ static void free_case(moe_case *c) {
 
 /* The reference: one row in double precision, the chosen weights renormalized when norm. ids receives the
  * chosen experts, w (may be NULL) their weights; returns the gap between the k-th and the (k+1)-th router
- * logit (a near tie would make the test's routing fragile). */
-static double ref_row_w(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout) {
+ * logit (a near tie would make the test's routing fragile). With q8 the gate and up products take x quantized
+ * to 8-bit blocks, as the CUDA per-row kernels do for those types (test_q8_ref_dot). */
+static double ref_row_q(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout, bool q8) {
     double p[NX], mx = -1e300, sum = 0;
     for (int e = 0; e < NX; e++) {
         p[e] = 0;
@@ -107,10 +109,16 @@ static double ref_row_w(const moe_case *c, const float *x, bool norm, double *ou
     for (int j = 0; j < K; j++) {
         const float *G = c->gate_f + (size_t)ids[j] * F * E, *U = c->up_f + (size_t)ids[j] * F * E,
                     *D = c->down_f + (size_t)ids[j] * E * F;
+        const size_t rb = kiln_row_bytes(c->type, E), e0 = (size_t)ids[j] * F; /* the expert's first row */
         double h[F];
         for (int r = 0; r < F; r++) {
             double g = 0, u = 0;
-            for (int i = 0; i < E; i++) g += (double)G[r * E + i] * x[i], u += (double)U[r * E + i] * x[i];
+            if (q8) {
+                g = test_q8_ref_dot(c->type, c->gate + (e0 + r) * rb, G + r * E, x, E);
+                u = test_q8_ref_dot(c->type, c->up + (e0 + r) * rb, U + r * E, x, E);
+            } else {
+                for (int i = 0; i < E; i++) g += (double)G[r * E + i] * x[i], u += (double)U[r * E + i] * x[i];
+            }
             h[r] = g / (1 + exp(-g)) * u;
         }
         for (int r = 0; r < E; r++) {
@@ -121,6 +129,10 @@ static double ref_row_w(const moe_case *c, const float *x, bool norm, double *ou
         if (wout) wout[j] = norm ? w[j] / wsum : w[j];
     }
     return log(p[ids[K - 1]] / next);
+}
+
+static double ref_row_w(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout) {
+    return ref_row_q(c, x, norm, out, ids, wout, false);
 }
 
 static double ref_row(const moe_case *c, const float *x, double *out, int *ids) { return ref_row_w(c, x, true, out, ids, NULL); }
@@ -382,6 +394,11 @@ TEST(cpu_moe_route_topk_ties_and_norm) {
 /* ---- the CUDA kernels */
 
 #ifdef KILN_HAVE_CUDA
+/* The types whose per-row gate and up kernels take 8-bit inputs (ck_q8_input in cuda_kernels.cuh). */
+static bool q8_input(uint32_t t) {
+    return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1 || t == KILN_TYPE_Q4_K;
+}
+
 /* The device's routing and output of the n rows x (path: per row or grouped) against the reference: same
  * experts in the same order, weights and outputs within tol, probabilities summing to 1. */
 static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int n, const float *nw, double tol) {
@@ -395,7 +412,7 @@ static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int 
         double ref[E], rw[K], psum = 0;
         int rid[K];
         rmsnorm_f(x + t * E, nw, xn);
-        const double gap = ref_row_w(c, xn, norm, ref, rid, rw);
+        const double gap = ref_row_q(c, xn, norm, ref, rid, rw, path == KILN_MOE_PER_ROW && q8_input(c->type));
         CHECKF(gap > 1e-4, "%s row %d: the test data has a near tie (logit gap %g)", tn, t, gap);
         for (int e = 0; e < NX; e++) psum += probs[t * NX + e];
         CHECKF(fabs(psum - 1) < 1e-5, "%s row %d: probabilities sum to %.7f", tn, t, psum);
@@ -426,7 +443,8 @@ static void cuda_moe_case(moe_case *c, bool norm, uint64_t seed, double tol) {
 TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
     if (!test_gpu_ready()) return;
     kiln_formats_init();
-    /* the device reads the exact dequantized weights and keeps the activations in float */
+    /* the device reads the exact weights; the gate and up products of the 8-bit input types take 8-bit blocks
+     * of the input (so does the reference for them, within 1e-4) */
     static const uint32_t types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0,
                                      KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     static moe_case c;

@@ -1,11 +1,12 @@
 /*
  * cuda_device.cuh — the device-side building blocks of the kernels (each .cu that includes it compiles its
  * own copy; no device linking):
- *   load16/convert16/dequant16<T>  16 values of a weight row, for every device weight type
+ *   load16/convert16/dequant16<T>  16 values of a weight row, for every device weight type (bytes16 /
+ *                  convert16_q8: a block type's values as bytes, for the 8-bit dot products)
  *   warp_sum, warp_max, block_sum, arg_better   reductions
  *   matvec_prefetch, matvec_block<T, R>   one block's share of a decode matrix x (up to R) vectors (prologue:
- *                  input copy or fused RMSNorm; epilogue per row: store / residual add / RoPE + KV append /
- *                  SwiGLU / logits + argmax)
+ *                  input copy or fused RMSNorm, float or 8-bit blocks; products: mv_unit_float / mv_unit_q8 (dp4a);
+ *                  epilogue per row: store / residual add / RoPE + KV append / SwiGLU / logits + argmax)
  *   launch         a kernel launch with or without programmatic dependent launch (host side)
  * C++ (nvcc) only; include after cuda_kernels.cuh.
  */

@@ -7,7 +7,8 @@
  *   other types           q = the quant bytes of each block, blocks after each other (16-byte units stay
  *                         aligned); d = each block's metadata bytes (its scale first) in a slot of 2, 4 or 8
  *                         bytes: Q8_0 / Q4_0 / Q6_K d; Q4_1 d|m; Q5_0 d|qh (6 bytes in 8); Q5_1 d|m|qh
- * Types outside the list are converted to F16 at open. Every kernel reads a weight through dequant16 (16 values).
+ * Types outside the list are converted to F16 at open. Every kernel reads a weight through dequant16 (16 values;
+ * the 8-bit decode matvec through convert16_q8).
  */
 #ifndef KILN_CUDA_KERNELS_CUH
 #define KILN_CUDA_KERNELS_CUH

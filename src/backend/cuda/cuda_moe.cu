@@ -1,20 +1,21 @@
 /*
  * cuda_moe.cu — the mixture-of-experts feed-forward on the CUDA backend (see cuda_moe.cuh), its kernels
  * templated on the weight type (every type the dense kernels read):
- *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts, and as half for the grouped GEMMs),
- *                     the router matvec (one warp per expert); the last block of a row to finish does softmax,
- *                     top-k and renormalization
+ *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts, as 8-bit blocks for the per-row
+ *                     gate_up of the 8-bit input types, and as half for the grouped GEMMs), the router matvec (one
+ *                     warp per expert); the last block of a row to finish does softmax, top-k and renormalization
  * the per-row path:
  *   k_moe_gate_up<T>  one warp per (chosen slot, hidden row): silu(gate . xn) * (up . xn), the expert's rows
- *                     found from the id in device memory
+ *                     found from the id in device memory; for the types ck_q8_input names, xn's 8-bit blocks
+ *                     (quantized once by the route kernel) dotted with dp4a, as the dense decode matvec does
  *   k_moe_down<T>     one warp per output row: sum over the chosen slots of weight * (down row . h), added to
  *                     the residual
  * the grouped path (after the same route):
  *   k_moe_group       one block: the (row, slot) entries sorted by expert (stable), offsets, list, positions
  *   k_moe_gemm<T>     gemm_tile (cuda_gemm.cuh) over expert blockIdx.z's entries: gate and up, or down
  *   k_moe_combine     x[row] += sum over slots j in order of wts[row, j] * y[pos(row, j)]
- * Inputs are staged in shared memory in the matvec's transposed layout (value i of unit u at i * nup + u, nup
- * odd: the lanes of a warp reading value i of 32 consecutive units hit 32 banks).
+ * Float inputs are staged in shared memory in the matvec's transposed layout (value i of unit u at i * nup + u,
+ * nup odd: the lanes of a warp reading value i of 32 consecutive units hit 32 banks); 8-bit ones as bytes in order.
  */
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -45,6 +46,8 @@ struct moe_args {
     int E, n_expert, k, F;
     int norm_topk;
     float *xn, *probs, *wts, *h;
+    int8_t *xq;           /* route -> gate_up, the per-row path of 8-bit input types: xn's levels (rows, E), or NULL */
+    float *xqm;           /* their blocks' (amax, level sum) pairs (rows, E / 32) */
     int *ids;
     unsigned *counter;
     /* the grouped path */
@@ -74,11 +77,45 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
-/* This lane's share of dot products against the input staged in xs (stride nup): units t = lane, lane + 32, ...
- * < n_units, unit t being unit uw of row `row` of w0 (and, DUAL, of the same row of w1), its product scaled by
- * wt, as map(t, row, uw, wt) says. UN units of each matrix in flight per lane, every load unconditional (t
- * clamped to a valid unit, the result dropped). acc0 / acc1 are added to, not reduced. */
-template <int T, bool DUAL, int UN = mv_units<T>(), class Map>
+/* The dot product of unit k0 / 16 of raw weight r with 8-bit input unit t (levels as bytes in order at xs, 16 a
+ * unit; each 32-value block's (d, s) pair at xs + 4 * n_units): integer sums of bytes (dp4a), a minimum once per
+ * block, with its first unit. */
+template <int T>
+static __device__ __forceinline__ float unit_dot_q8(const raw16<T> &r, int k0, const float *xs, int n_units, int t) {
+    uint32_t w[4];
+    float s, b;
+    convert16_q8<T>(r, k0, w, s, b);
+    const int4 xq = ((const int4 *)xs)[t];
+    const float2 ds = ((const float2 *)(xs + 4 * n_units))[t >> 1];
+    int i = __dp4a((int)w[0], xq.x, 0);
+    i = __dp4a((int)w[1], xq.y, i);
+    i = __dp4a((int)w[2], xq.z, i);
+    i = __dp4a((int)w[3], xq.w, i);
+    return fmaf(s * ds.x, (float)i, ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
+}
+
+/* The same against float inputs staged in the transposed layout (value i of the unit at xp[i * nup]). */
+template <int T>
+static __device__ __forceinline__ float unit_dot_float(const raw16<T> &r, int k0, const float *xp, int nup) {
+    float v[16], s, b, d = 0.0f, sx = 0.0f;
+    convert16<T>(r, k0, v, s, b);
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const float xv = xp[i * nup];
+        d = fmaf(v[i], xv, d);
+        if constexpr (ck_has_min(T)) sx += xv;
+    }
+    float c = s * d;
+    if constexpr (ck_has_min(T)) c += b * sx;
+    return c;
+}
+
+/* This lane's share of dot products against the input staged in xs (Q8: 8-bit, as unit_dot_q8 reads it; else
+ * transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
+ * (and, DUAL, of the same row of w1), its product scaled by wt, as map(t, row, uw, wt) says. UN units of each
+ * matrix in flight per lane, every load unconditional (t clamped to a valid unit, the result dropped). acc0 /
+ * acc1 are added to, not reduced. */
+template <int T, bool DUAL, bool Q8, int UN = mv_units<T>(), class Map>
 static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
                                                  int n_units, int lane, Map map, float &acc0, float &acc1) {
     constexpr int UD = DUAL ? UN : 1;
@@ -96,29 +133,18 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
         }
 #pragma unroll
         for (int k = 0; k < UN; k++) {
-            const int t = t0 + 32 * k;
+            const int t = t0 + 32 * k, tc = t < n_units ? t : t0;
             const bool ok = t < n_units;
-            const float *xp = xs + (ok ? t : t0); /* value i of the unit at xp[i * nup] */
-            float v[16], s, b, d0 = 0.0f, sx = 0.0f;
-            convert16<T>(ra[k], 16 * uw[k], v, s, b);
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                const float xv = xp[i * nup];
-                d0 = fmaf(v[i], xv, d0);
-                if constexpr (ck_has_min(T)) sx += xv;
+            float c0, c1 = 0.0f;
+            if constexpr (Q8) {
+                c0 = unit_dot_q8<T>(ra[k], 16 * uw[k], xs, n_units, tc);
+                if constexpr (DUAL) c1 = unit_dot_q8<T>(rb[k], 16 * uw[k], xs, n_units, tc);
+            } else {
+                c0 = unit_dot_float<T>(ra[k], 16 * uw[k], xs + tc, nup);
+                if constexpr (DUAL) c1 = unit_dot_float<T>(rb[k], 16 * uw[k], xs + tc, nup);
             }
-            float c0 = s * d0;
-            if constexpr (ck_has_min(T)) c0 += b * sx;
             acc0 += ok ? wt[k] * c0 : 0.0f;
-            if constexpr (DUAL) {
-                float d1 = 0.0f;
-                convert16<T>(rb[k], 16 * uw[k], v, s, b);
-#pragma unroll
-                for (int i = 0; i < 16; i++) d1 = fmaf(v[i], xp[i * nup], d1);
-                float c1 = s * d1;
-                if constexpr (ck_has_min(T)) c1 += b * sx;
-                acc1 += ok ? wt[k] * c1 : 0.0f;
-            }
+            if constexpr (DUAL) acc1 += ok ? wt[k] * c1 : 0.0f;
         }
     }
 }
@@ -193,10 +219,16 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
         ss += v * v;
     }
     const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)E + a.eps);
+    const bool q8 = blockIdx.x == 0 && a.xq; /* E is then a multiple of 32: a warp's 32 values are one block */
     for (int i = tid; i < 16 * nu; i += MOE_THREADS) {
         const float v = i < E ? __ldcg(x + i) * scale * a.norm_w[i] : 0.0f;
         xs[xs_at(i, nup)] = v;
         if (blockIdx.x == 0 && i < E) a.xn[(long long)row * E + i] = v;
+        if (q8) {
+            float e = v;
+            q8_levels<1, 32>(&e, a.xqm + 2 * ((long long)row * (E >> 5) + (i >> 5)));
+            a.xq[(long long)row * E + i] = (int8_t)(int)e;
+        }
     }
     __syncthreads();
     if (a.xh && blockIdx.x == 0)
@@ -204,7 +236,7 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
             a.xh[(long long)row * a.epad + i] = __float2half(i < E ? xs[xs_at(i, nup)] : 0.0f);
     for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS) {
         float acc = 0.0f, none = 0.0f;
-        units_dot<T, false, MOE_ROUTE_UN>(a.w0, a.w0, xs, nup, nu, lane,
+        units_dot<T, false, false, MOE_ROUTE_UN>(a.w0, a.w0, xs, nup, nu, lane,
                                           [&](int t, int &r, int &uw, float &wt) { r = e, uw = t, wt = 1.0f; }, acc, none);
         acc = warp_sum(acc);
         if (lane == 0) a.probs[(long long)row * a.n_expert + e] = acc;
@@ -232,12 +264,25 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_consta
     const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
     const int wrow = e * F + r;
     if (p < K * F) prefetch_rows(a.w0, a.w1, wrow, wrow, lane, 32); /* while the input is staged */
-    const float *xn = a.xn + (long long)row * E;
-    for (int i = tid; i < 16 * nu; i += MOE_THREADS) xs[xs_at(i, nup)] = i < E ? __ldcg(xn + i) : 0.0f;
+    constexpr bool Q8 = ck_q8_input(T); /* the route kernel wrote the 8-bit levels (E a multiple of 32) */
+    if constexpr (Q8) {
+        const int4 *q = (const int4 *)(a.xq + (long long)row * E);
+        for (int i = tid; i < E / 16; i += MOE_THREADS) ((int4 *)xs)[i] = __ldcg(q + i);
+        const float2 *m = (const float2 *)a.xqm + (long long)row * (E >> 5);
+        for (int i = tid; i < E / 32; i += MOE_THREADS) {
+            const float2 am = __ldcg(m + i);
+            float d, sm;
+            q8_block_scales<T>(am.x, am.y, d, sm);
+            ((float2 *)(xs + E / 4))[i] = make_float2(d, sm);
+        }
+    } else {
+        const float *xn = a.xn + (long long)row * E;
+        for (int i = tid; i < 16 * nu; i += MOE_THREADS) xs[xs_at(i, nup)] = i < E ? __ldcg(xn + i) : 0.0f;
+    }
     __syncthreads();
     if (p >= K * F) return;
     float g = 0.0f, u = 0.0f;
-    units_dot<T, true>(a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; },
+    units_dot<T, true, Q8>(a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; },
                        g, u);
     g = warp_sum(g);
     u = warp_sum(u);
@@ -270,7 +315,7 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     const int c = blockIdx.x * MOE_WARPS + warp;
     if (c >= E) return;
     float acc = 0.0f, none = 0.0f;
-    units_dot<T, false>(a.w0, a.w0, xs, nup, nu, lane,
+    units_dot<T, false, false>(a.w0, a.w0, xs, nup, nu, lane,
                         [&](int t, int &rr, int &uw, float &wt) {
                             const int j = t / nue;
                             rr = sid[j] * E + c, uw = t - j * nue, wt = swt[j];
@@ -443,6 +488,8 @@ void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, int group_rows, u
     s->wts = (float *)carve(base, off, R * K * 4);
     s->h = (float *)carve(base, off, R * K * F * 4);
     s->counter = (unsigned *)carve(base, off, R * 4);
+    s->xq = (int8_t *)carve(base, off, R * E);
+    s->xqm = (float *)carve(base, off, R * ((E + 31) / 32) * 8);
     if (group_rows < 0) group_rows = cm_group_rows(d);
     const int gmax = max_rows < MOE_MAX_ENTRIES / d.n_used ? max_rows : MOE_MAX_ENTRIES / d.n_used;
     if (group_rows == 0 || group_rows > max_rows || gmax < 1) return;
@@ -504,6 +551,7 @@ static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_e
     moe_args a = args_of(L, s, x, n_embd, eps, n_rows);
     const unsigned R = (unsigned)n_rows;
     a.w0 = L.router;
+    if (ck_q8_input(L.gate.type)) a.xq = s.xq, a.xqm = s.xqm;
     route(L, a, n_rows, pdl, st);
     a.w0 = L.gate, a.w1 = L.up;
     MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
