@@ -4,6 +4,10 @@
 #include "formats/blocks.h"
 #include "formats/formats.h"
 
+bool test_q8_input(uint32_t type) {
+    return type == KILN_TYPE_Q4_1 || type == KILN_TYPE_Q5_0 || type == KILN_TYPE_Q5_1 || type == KILN_TYPE_Q4_K;
+}
+
 double test_q8_ref_dot(uint32_t type, const void *w_row, const float *deq_row, const float *x, int n) {
     const kiln_type_info *q8 = kiln_type_get(KILN_TYPE_Q8_1);
     /* Q4_1 / Q5_1 blocks start with d, m (halves); their values are d * q + m */

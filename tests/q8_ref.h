@@ -5,7 +5,12 @@
 #ifndef KILN_TESTS_Q8_REF_H
 #define KILN_TESTS_Q8_REF_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+/* The types whose CUDA decode matvec and per-row MoE gate/up take 8-bit inputs (ck_q8_input in
+ * backend/cuda/cuda_kernels.cuh). */
+bool test_q8_input(uint32_t type);
 
 /* Row w_row (n values of `type`, n a multiple of 32; deq_row: its exact values) times x quantized to 8-bit
  * blocks. */

@@ -92,15 +92,10 @@ static const uint32_t kernel_types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYP
                                         KILN_TYPE_Q4_0, KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1,
                                         KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
 
-/* The types whose decode matvec quantizes its input to 8-bit blocks, as the reference engine does for them. */
-static bool q8_input(uint32_t t) {
-    return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1 || t == KILN_TYPE_Q4_K;
-}
-
 /* The matvec's tolerance (relative L2) against its reference: float inputs 2e-5; the 8-bit inputs can round a
  * level differently where the RMSNorm factor differs in its last bit (one level moves a row by ~1e-3), 1e-4
  * (float inputs would be ~5e-3 off their reference). */
-static double mv_tolerance(uint32_t t) { return q8_input(t) ? 1e-4 : 2e-5; }
+static double mv_tolerance(uint32_t t) { return test_q8_input(t) ? 1e-4 : 2e-5; }
 
 /* Quantizes a random out x in matrix with the reference quantizer; *deq receives its exact values. */
 static void *random_weight(uint64_t *rng, uint32_t type, int in, int out, float **deq) {
@@ -146,7 +141,8 @@ TEST(cuda_matvec_matches_scalar_reference_every_type) {
                     for (int k = 0; k < in; k++)
                         acc += (double)deq[(size_t)r * in + k] * (norm ? x[k] * scale * nw[k] : x[k]);
                     const uint8_t *wr = (const uint8_t *)w + (size_t)r * kiln_row_bytes(type, (uint64_t)in);
-                    ref[r] = q8_input(type) ? test_q8_ref_dot(type, wr, deq + (size_t)r * in, xn, in) : acc;
+                    ref[r] = test_q8_input(type) ? test_q8_ref_dot(type, wr, deq + (size_t)r * in, xn, in)
+                                                 : acc;
                 }
                 for (int r = 0; r < out; r++) y[r] = NAN;
                 CHECK_OK(kiln_cuda_test_matvec(type, w, in, out, x, norm ? nw : NULL, y));
@@ -167,7 +163,7 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
     const int in = t->in, out = t->out;
     const size_t kv_n = t->kind == KILN_MVB_QKV ? (size_t)t->n_seq * t->n_ctx * t->nk : 0;
     float *xn = malloc(sizeof(float) * in);
-    const size_t rb = q8_input(t->type) ? kiln_row_bytes(t->type, (uint64_t)in) : 0;
+    const size_t rb = test_q8_input(t->type) ? kiln_row_bytes(t->type, (uint64_t)in) : 0;
     for (size_t i = 0; i < 2 * kv_n; i++) kv_ref[i] = 0;
     for (int r = 0; r < t->nr; r++) {
         const float *x = t->x + (size_t)r * in;
@@ -177,12 +173,12 @@ static void mv_rows_reference(const kiln_cuda_mv_rows *t, const float *deq, cons
         for (int k = 0; k < in; k++) xn[k] = x[k] * (float)scale * (t->norm_w ? t->norm_w[k] : 1.0f);
         for (int o = 0; o < out; o++) {
             double a0 = 0, a1 = 0;
-            for (int k = 0; k < in && !q8_input(t->type); k++) {
+            for (int k = 0; k < in && !test_q8_input(t->type); k++) {
                 const double xv = x[k] * scale * (t->norm_w ? t->norm_w[k] : 1.0f);
                 a0 += deq[(size_t)o * in + k] * xv;
                 if (deq1) a1 += deq1[(size_t)o * in + k] * xv;
             }
-            if (q8_input(t->type)) {
+            if (test_q8_input(t->type)) {
                 a0 = test_q8_ref_dot(t->type, (const uint8_t *)t->w + (size_t)o * rb, deq + (size_t)o * in, xn, in);
                 if (deq1)
                     a1 = test_q8_ref_dot(t->type, (const uint8_t *)t->w1 + (size_t)o * rb, deq1 + (size_t)o * in, xn, in);

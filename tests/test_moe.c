@@ -394,11 +394,6 @@ TEST(cpu_moe_route_topk_ties_and_norm) {
 /* ---- the CUDA kernels */
 
 #ifdef KILN_HAVE_CUDA
-/* The types whose per-row gate and up kernels take 8-bit inputs (ck_q8_input in cuda_kernels.cuh). */
-static bool q8_input(uint32_t t) {
-    return t == KILN_TYPE_Q4_1 || t == KILN_TYPE_Q5_0 || t == KILN_TYPE_Q5_1 || t == KILN_TYPE_Q4_K;
-}
-
 /* The device's routing and output of the n rows x (path: per row or grouped) against the reference: same
  * experts in the same order, weights and outputs within tol, probabilities summing to 1. */
 static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int n, const float *nw, double tol) {
@@ -412,7 +407,7 @@ static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int 
         double ref[E], rw[K], psum = 0;
         int rid[K];
         rmsnorm_f(x + t * E, nw, xn);
-        const double gap = ref_row_q(c, xn, norm, ref, rid, rw, path == KILN_MOE_PER_ROW && q8_input(c->type));
+        const double gap = ref_row_q(c, xn, norm, ref, rid, rw, path == KILN_MOE_PER_ROW && test_q8_input(c->type));
         CHECKF(gap > 1e-4, "%s row %d: the test data has a near tie (logit gap %g)", tn, t, gap);
         for (int e = 0; e < NX; e++) psum += probs[t * NX + e];
         CHECKF(fabs(psum - 1) < 1e-5, "%s row %d: probabilities sum to %.7f", tn, t, psum);

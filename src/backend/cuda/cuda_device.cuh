@@ -213,6 +213,14 @@ static __device__ __forceinline__ void bytes16(const raw16<T> &r, int k0, uint32
     }
 }
 
+/* The integer dot product of 16 signed weight bytes w and 16 input levels xq, 4 to a word each (dp4a). */
+static __device__ __forceinline__ int dot16_q8(const uint32_t w[4], const int4 xq) {
+    int i = __dp4a((int)w[0], xq.x, 0);
+    i = __dp4a((int)w[1], xq.y, i);
+    i = __dp4a((int)w[2], xq.z, i);
+    return __dp4a((int)w[3], xq.w, i);
+}
+
 /* The same 16 values as signed bytes: value[i] = s * byte[i] + b (for the 8-bit dot products). */
 template <int T>
 static __device__ __forceinline__ void convert16_q8(const raw16<T> &r, int k0, uint32_t w[4], float &s, float &b) {
@@ -632,10 +640,7 @@ static __device__ __forceinline__ void mv_unit_q8(const raw16<T> &ra, const raw1
         const int rr = r < nr ? r : nr - 1;
         const int4 xq = ((const int4 *)(xs + rr * 16 * NUP))[uc];
         const float2 ds = ((const float2 *)meta)[rr * NB + (uc >> 1)];
-        int i0 = __dp4a((int)w0[0], xq.x, 0), i1 = __dp4a((int)w1[0], xq.x, 0);
-        i0 = __dp4a((int)w0[1], xq.y, i0), i1 = __dp4a((int)w1[1], xq.y, i1);
-        i0 = __dp4a((int)w0[2], xq.z, i0), i1 = __dp4a((int)w1[2], xq.z, i1);
-        i0 = __dp4a((int)w0[3], xq.w, i0), i1 = __dp4a((int)w1[3], xq.w, i1);
+        const int i0 = dot16_q8(w0, xq), i1 = dot16_q8(w1, xq);
         const float sm = (uc & 1) ? 0.0f : ds.y;
         c0[r] = fmaf(s0 * ds.x, (float)i0, ck_has_min(T) ? b0 * sm : 0.0f);
         c1[r] = fmaf(s1 * ds.x, (float)i1, ck_has_min(T) ? b1 * sm : 0.0f);

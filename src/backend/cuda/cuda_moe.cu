@@ -87,11 +87,7 @@ static __device__ __forceinline__ float unit_dot_q8(const raw16<T> &r, int k0, c
     convert16_q8<T>(r, k0, w, s, b);
     const int4 xq = ((const int4 *)xs)[t];
     const float2 ds = ((const float2 *)(xs + 4 * n_units))[t >> 1];
-    int i = __dp4a((int)w[0], xq.x, 0);
-    i = __dp4a((int)w[1], xq.y, i);
-    i = __dp4a((int)w[2], xq.z, i);
-    i = __dp4a((int)w[3], xq.w, i);
-    return fmaf(s * ds.x, (float)i, ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
+    return fmaf(s * ds.x, (float)dot16_q8(w, xq), ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
 }
 
 /* The same against float inputs staged in the transposed layout (value i of the unit at xp[i * nup]). */
