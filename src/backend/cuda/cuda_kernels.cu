@@ -3,8 +3,8 @@
  *   k_matvec<T, R> decode matrix x vector, one row (R = 1) or up to R = 2, 4, 8 rows (matvec_block: its prologue
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
- *   k_gemm<T>      prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
- *                  gemm_tile of cuda_gemm.cuh)
+ *   k_gemm<T, S>   prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
+ *                  gemm_tile of cuda_gemm.cuh in tile shape S: small for steps of few rows, wide for prefill)
  *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
 #include "backend/cuda/cuda_kernels.cuh"
@@ -44,24 +44,25 @@ __global__ void __launch_bounds__(MV_THREADS, R == 1 ? 2 : 1) k_matvec(const __g
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
 
-/* The dense GEMM: rows in order; split-K (gridDim.z > 1): this block's stretch of k tiles, its partial tile
- * to work[z]. The body is gemm_tile (cuda_gemm.cuh), shared with the grouped MoE GEMM. */
-template <int T>
-__global__ void __launch_bounds__(GB_THREADS) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
+/* The dense GEMM in tile shape S (gemm_small or gemm_wide): rows in order; split-K (gridDim.z > 1): this
+ * block's stretch of k steps, its partial tile to work[z]. The body is gemm_tile (cuda_gemm.cuh), shared with
+ * the grouped MoE GEMM. */
+template <int T, class S>
+__global__ void __launch_bounds__(S::THREADS) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
                                                      int ldc, int col_off, int add, float *work) {
     pdl_wait_then_trigger();
-    const int n_kt = (w.in + GB_K - 1) / GB_K;
+    const int n_kt = (w.in + S::BK - 1) / S::BK;
     const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), kt1 = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
     const bool split = gridDim.z > 1;
-    gemm_tile<T>(w, 0, w.out, A, lda, blockIdx.y * GB_M, n_tok, blockIdx.x * GB_N, kt0, kt1, [](int t) { return t; },
-                 [&](int t, int n, float v) {
-                     if (split) {
-                         work[((long long)blockIdx.z * n_tok + t) * w.out + n] = v;
-                     } else {
-                         float *dst = C + (long long)t * ldc + col_off + n;
-                         *dst = add ? *dst + v : v;
-                     }
-                 });
+    gemm_tile<T, S>(w, 0, w.out, A, lda, blockIdx.y * S::BM, n_tok, blockIdx.x * S::BN, kt0, kt1, [](int t) { return t; },
+                    [&](int t, int n, float v) {
+                        if (split) {
+                            work[((long long)blockIdx.z * n_tok + t) * w.out + n] = v;
+                        } else {
+                            float *dst = C + (long long)t * ldc + col_off + n;
+                            *dst = add ? *dst + v : v;
+                        }
+                    });
 }
 
 /* The split-K partials of a GEMM added in order of z, stored into (or added to) C. */
@@ -243,7 +244,8 @@ static const struct {
                     {(const void *)k_matvec<T, 2>, "matvec2<" #T ">"},   \
                     {(const void *)k_matvec<T, 4>, "matvec4<" #T ">"},   \
                     {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"},
-#define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"},
+#define GEMM_ENTRY(T) {(const void *)k_gemm<T, gemm_small>, "gemm<" #T ">"}, \
+                      {(const void *)k_gemm<T, gemm_wide>, "gemm_wide<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     CK_TYPES(MV_ENTRY) CK_TYPES(GEMM_ENTRY) CK_TYPES(EMB_ENTRY)
     {(const void *)k_gemm_reduce, "gemm_reduce"},
@@ -368,12 +370,24 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
     launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
 }
 
-void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
-                   int ks, float *work, cudaStream_t st) {
-    const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, ks > 1 ? ks : 1);
-#define L(T) launch(k_gemm<T>, grid, dim3(GB_THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
+/* Prefill-sized calls (more rows than a small tile holds) take the wide tiles. */
+static bool gemm_is_wide(int n_tok) { return n_tok > gemm_small::BM; }
+
+template <class S>
+static void gemm_launch(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off,
+                        bool add, int ks, float *work, cudaStream_t st) {
+    const dim3 grid((w.out + S::BN - 1) / S::BN, (n_tok + S::BM - 1) / S::BM, ks > 1 ? ks : 1);
+#define L(T) launch(k_gemm<T, S>, grid, dim3(S::THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
     DISPATCH(w.type)
 #undef L
+}
+
+void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
+                   int ks, float *work, cudaStream_t st) {
+    if (gemm_is_wide(n_tok))
+        gemm_launch<gemm_wide>(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
+    else
+        gemm_launch<gemm_small>(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
     if (ks > 1) {
         const long long n = (long long)n_tok * w.out;
         launch(k_gemm_reduce, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, st, true, (const float *)work, ks, n_tok,
@@ -386,12 +400,16 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
     ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, st);
 }
 
-int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
-    const int blocks = ((w.out + GB_N - 1) / GB_N) * ((n_tok + GB_M - 1) / GB_M), n_kt = (w.in + GB_K - 1) / GB_K;
+template <class S> static int gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    const int blocks = ((w.out + S::BN - 1) / S::BN) * ((n_tok + S::BM - 1) / S::BM), n_kt = (w.in + S::BK - 1) / S::BK;
     int ks = (2 * n_sm + blocks - 1) / blocks; /* two blocks per SM */
-    if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k tiles per block */
+    if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k steps per block */
     if (ks > 16) ks = 16;
     return ks < 1 ? 1 : ks;
+}
+
+int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    return gemm_is_wide(n_tok) ? gemm_splits<gemm_wide>(w, n_tok, n_sm) : gemm_splits<gemm_small>(w, n_tok, n_sm);
 }
 
 void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,

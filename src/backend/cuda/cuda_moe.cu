@@ -411,9 +411,10 @@ __global__ void __launch_bounds__(GB_THREADS) k_moe_gemm(const __grid_constant__
     const bool second = (int)blockIdx.x >= nx;
     const dev_weight &w = second ? g.w1 : g.w0;
     float *C = second ? g.c1 : g.c0;
-    gemm_tile<T>(w, e * g.n_out, g.n_out, g.A, g.lda, m0, cnt, ((int)blockIdx.x - (second ? nx : 0)) * GB_N, 0,
-                 (w.in + GB_K - 1) / GB_K, [&](int t) { return g.list ? __ldcg(g.list + base + t) : base + t; },
-                 [&](int t, int n, float v) { C[(long long)(base + t) * g.n_out + n] = v; });
+    gemm_tile<T, gemm_small>(w, e * g.n_out, g.n_out, g.A, g.lda, m0, cnt, ((int)blockIdx.x - (second ? nx : 0)) * GB_N,
+                             0, (w.in + GB_K - 1) / GB_K,
+                             [&](int t) { return g.list ? __ldcg(g.list + base + t) : base + t; },
+                             [&](int t, int n, float v) { C[(long long)(base + t) * g.n_out + n] = v; });
 }
 
 /* Grid (ceil(E / 256), rows): x[row, c] += sum over j = 0..k-1 in order of wts[row, j] * y[pos(row, j), c]. */
