@@ -115,31 +115,35 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
- * are unpacked once for the tile's activation rows. */
+ * are unpacked once for the tile's activation rows, and its two scale products with the rows' y.d are one
+ * 4-lane multiply each (the same single-precision products), broadcast per pair from memory. */
 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
     const int nb = a->n / QK_K;
     const block_q4_K *x[2];
     const block_q8_K *y[4];
     __m256 acc[2][4], accm[2][4];
     UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q4_K *)(a->w + (size_t)(r + i) * a->w_stride);
-    UNROLL for (int j = 0; j < tn; j++) {
-        y[j] = (const block_q8_K *)(a->y + (size_t)(b + j) * a->y_stride);
+    UNROLL for (int j = 0; j < 4; j++) {
+        y[j] = (const block_q8_K *)(a->y + (size_t)(b + (j < tn ? j : 0)) * a->y_stride);
         UNROLL for (int i = 0; i < tm; i++) acc[i][j] = accm[i][j] = _mm256_setzero_ps();
     }
     for (int ib = 0; ib < nb; ib++) {
+        const __m128 yd = _mm_setr_ps(y[0][ib].d, y[1][ib].d, y[2][ib].d, y[3][ib].d);
         UNROLL for (int i = 0; i < tm; i++) {
             const block_q4_K *xb = &x[i][ib];
             __m256i mins16;
             const __m256i sc = k4_scales_mins(xb->scales, &mins16);
             k4_weights w;
             k4_unpack(xb->qs, sc, &w);
-            const float dx = h2f(xb->d), dmx = h2f(xb->dmin);
+            float pd[4], pm[4]; /* y.d * h2f(x.d), y.d * h2f(x.dmin) per activation row */
+            _mm_storeu_ps(pd, _mm_mul_ps(yd, _mm_set1_ps(h2f(xb->d))));
+            _mm_storeu_ps(pm, _mm_mul_ps(yd, _mm_set1_ps(h2f(xb->dmin))));
             UNROLL for (int j = 0; j < tn; j++) {
                 const block_q8_K *yb = &y[j][ib];
                 const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(yb), mins16));
-                accm[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dmx), mins, accm[i][j]);
+                accm[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pm[j]), mins, accm[i][j]);
                 const __m256i sum = k4_block_int(&w, yb->qs);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(yb->d * dx), _mm256_cvtepi32_ps(sum), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pd[j]), _mm256_cvtepi32_ps(sum), acc[i][j]);
             }
         }
     }
