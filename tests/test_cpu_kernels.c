@@ -2,6 +2,7 @@
  * inputs (never zeros), and the ops against straightforward formulas. */
 #include "test.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -354,3 +355,134 @@ TEST(cpu_avx512_kernels_emulated_bit_identical_to_avx2) {
     test_skip("not an x86 build");
 #endif
 }
+
+#if KILN_X86
+/* Distance in units in the last place between two floats of the same sign (or zeros): their bit patterns in
+ * float order. */
+static int64_t ulp_distance(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    const int64_t oa = ia < 0 ? (int64_t)INT32_MIN - ia : ia, ob = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return oa > ob ? oa - ob : ob - oa;
+}
+
+/* The largest ulp distance of cpu_exp_avx2 from expf over x[0..n) (n not a multiple of 8: the masked tail too);
+ * infinities, zeros and NaNs must be the same. */
+static int64_t exp_worst_ulp(const float *x, int n) {
+    static float y[4099];
+    cpu_exp_avx2(y, x, n);
+    int64_t worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float want = expf(x[i]);
+        CHECKF(isnan(want) == isnan(y[i]) && isinf(want) == isinf(y[i]) && (want == 0) == (y[i] == 0),
+               "exp(%a) = %a, expf %a", x[i], y[i], want);
+        const int64_t d = isnan(want) ? 0 : ulp_distance(y[i], want);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+/* The vector exp of softmax and SwiGLU within 2 ulp of expf: every 997th float from -104 to 89 (the subnormal,
+ * overflow and underflow edges inside), random arguments, and the edges: -inf and below -104 give 0, +-0 give
+ * exactly 1, above 88.73 and +inf give inf, NaN gives NaN. */
+TEST(cpu_exp_avx2_within_2ulp_of_expf) {
+    if (kiln_cpu_level() < KILN_CPU_AVX2) { test_skip("no AVX2 CPU (or KILN_NO_SIMD=1)"); return; }
+    enum { N = 4099 };
+    static float x[N];
+    int64_t worst = 0, count = 0;
+    for (int sign = 0; sign < 2; sign++) {
+        const uint32_t last = sign ? 0xC2D00000u /* -104 */ : 0x42B20000u /* 89 */;
+        int k = 0;
+        for (uint32_t b = sign ? 0x80000000u : 0; b <= last; b += 997) {
+            memcpy(&x[k++], &b, 4);
+            if (k == N || b + 997 > last) {
+                const int64_t d = exp_worst_ulp(x, k);
+                worst = d > worst ? d : worst;
+                count += k;
+                k = 0;
+            }
+        }
+    }
+    uint64_t rng = 99;
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < N; i++) x[i] = test_rand_normal(&rng) * (round % 2 ? 30.0f : 3.0f);
+        const int64_t d = exp_worst_ulp(x, N - round % 8);
+        worst = d > worst ? d : worst;
+    }
+    static const float edges[] = {-INFINITY, -1000.0f, -104.5f, -103.9f, -87.5f, -0.0f, 0.0f, 88.72f, 88.7228f,
+                                  88.723f, 89.0f, 1000.0f, INFINITY, NAN};
+    float y[sizeof edges / sizeof edges[0]];
+    const int ne = (int)(sizeof edges / sizeof edges[0]);
+    cpu_exp_avx2(y, edges, ne);
+    CHECK(y[0] == 0 && y[1] == 0 && y[2] == 0 && y[5] == 1 && y[6] == 1);
+    CHECK(isinf(y[9]) && isinf(y[10]) && isinf(y[11]) && isinf(y[12]) && isnan(y[13]) && y[8] < INFINITY);
+    const int64_t d = exp_worst_ulp(edges, ne);
+    worst = d > worst ? d : worst;
+    printf("  exp: worst %lld ulp from expf over %lld sampled floats\n", (long long)worst, (long long)count);
+    CHECKF(worst <= 2, "worst %lld ulp", (long long)worst);
+}
+
+/* a and b agree: both NaN, or equal infinities, or within 4 ulp relative (plus 4 subnormal steps). */
+static bool close_or_same_special(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    if (isinf(a) || isinf(b)) return a == b;
+    return fabsf(a - b) <= 4 * FLT_EPSILON * fabsf(b) + 4 * 0x1p-149f;
+}
+
+/* Random rows of length 1..70, 255, 4099 at three spreads, then rows with the defined specials: a NaN (also at 0),
+ * +inf, all -inf (every value NaN), -inf among finite values (0 there), one value far above the rest. */
+static void fill_softmax_row(float *x, int n, int round, uint64_t *rng) {
+    const float spread = round % 3 == 0 ? 1.0f : round % 3 == 1 ? 8.0f : 40.0f;
+    for (int i = 0; i < n; i++) x[i] = test_rand_normal(rng) * spread;
+    const int at = (int)(test_rand_u64(rng) % (uint64_t)n), kind = round / 3 % 7;
+    if (kind == 1) x[at] = NAN;
+    if (kind == 2) x[0] = NAN;
+    if (kind == 3) x[at] = INFINITY;
+    if (kind == 4)
+        for (int i = 0; i < n; i++) x[i] = -INFINITY;
+    if (kind == 5) x[at] = -INFINITY;
+    if (kind == 6) x[at] = 200.0f;
+}
+
+/* The AVX2 softmax and SwiGLU rows against the scalar references (expf), elementwise within 4 ulp, with the same
+ * NaNs and infinities; SwiGLU on every split of a row bit for bit the same as the whole row (the fused MoE path
+ * runs it in blocks of rows). */
+TEST(cpu_softmax_swiglu_avx2_match_reference) {
+    if (kiln_cpu_level() < KILN_CPU_AVX2) { test_skip("no AVX2 CPU (or KILN_NO_SIMD=1)"); return; }
+    enum { N = 4099 };
+    static float a[N], b[N], g[N], u[N], whole[N];
+    uint64_t rng = 2024;
+    int rows = 0;
+    for (int round = 0; round < 3 * 7 * 4; round++)
+        for (int len = 1; len <= 73; len++) {
+            const int n = len <= 70 ? len : len == 71 ? 255 : N - round % 5;
+            fill_softmax_row(a, n, round, &rng);
+            memcpy(b, a, sizeof(float) * (size_t)n);
+            cpu_softmax_ref(a, n);
+            cpu_softmax_avx2(b, n);
+            for (int i = 0; i < n; i++)
+                CHECKF(close_or_same_special(b[i], a[i]), "softmax n %d round %d i %d: %a vs reference %a", n, round, i, b[i], a[i]);
+            for (int i = 0; i < n; i++) {
+                g[i] = a[i] = test_rand_normal(&rng) * (round % 2 ? 12.0f : 2.0f);
+                u[i] = test_rand_normal(&rng);
+            }
+            static const float special[] = {NAN, INFINITY, -INFINITY, 100.0f, -100.0f, 0.0f, -0.0f};
+            if (round % 4 == 3) g[round % n] = a[round % n] = special[round / 4 % 7];
+            cpu_swiglu_ref(a, u, n);
+            memcpy(whole, g, sizeof(float) * (size_t)n);
+            cpu_swiglu_avx2(whole, u, n);
+            for (int i = 0; i < n; i++)
+                CHECKF(close_or_same_special(whole[i], a[i]), "swiglu n %d i %d: %a vs reference %a", n, i, whole[i], a[i]);
+            for (int i = 0; i < n;) {
+                const int piece = 1 + (int)(test_rand_u64(&rng) % 19);
+                const int take = piece < n - i ? piece : n - i;
+                cpu_swiglu_avx2(g + i, u + i, take);
+                i += take;
+            }
+            CHECKF(!memcmp(g, whole, sizeof(float) * (size_t)n), "swiglu n %d: split rows differ from the whole row", n);
+            rows++;
+        }
+    CHECK_EQ_INT(rows, 84 * 73);
+}
+#endif

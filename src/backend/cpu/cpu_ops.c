@@ -1,4 +1,5 @@
-/* cpu_ops.c — RMSNorm, RoPE, softmax, SwiGLU, residual add and argmax for the CPU backend. */
+/* cpu_ops.c — RMSNorm, RoPE, softmax, SwiGLU, residual add and argmax for the CPU backend (the scalar references,
+ * and the run-time choice of the AVX2 variants of cpu_ops_avx2.c). */
 #include "backend/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -40,7 +41,7 @@ void cpu_rope_head(float *x, const float *cos_t, const float *sin_t, int n_rot, 
     }
 }
 
-void cpu_softmax(float *x, int n) {
+void cpu_softmax_ref(float *x, int n) {
     float max = x[0];
     for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
     double sum = 0.0;
@@ -52,8 +53,29 @@ void cpu_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void cpu_swiglu(float *g, const float *u, int n) {
+void cpu_swiglu_ref(float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* kiln_cpu_level() is decided once per process (KILN_NO_SIMD, KILN_CPU_LEVEL), so every call takes one variant. */
+void cpu_softmax(float *x, int n) {
+#if KILN_X86 /* cpu_ops_avx2.c exists only there */
+    if (kiln_cpu_level() >= KILN_CPU_AVX2) {
+        cpu_softmax_avx2(x, n);
+        return;
+    }
+#endif
+    cpu_softmax_ref(x, n);
+}
+
+void cpu_swiglu(float *g, const float *u, int n) {
+#if KILN_X86
+    if (kiln_cpu_level() >= KILN_CPU_AVX2) {
+        cpu_swiglu_avx2(g, u, n);
+        return;
+    }
+#endif
+    cpu_swiglu_ref(g, u, n);
 }
 
 void cpu_add(float *y, const float *x, int n) {
