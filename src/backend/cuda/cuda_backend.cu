@@ -628,7 +628,7 @@ static void launch_decode(cuda_state *s, int b) {
 
 /* ---- n rows through the matrix products (tensor-core GEMMs over all rows: each weight read once) */
 
-/* C (=|+=) W A over n rows; split: the k range split to fill the GPU (a decode step's few rows), else whole. */
+/* C (=|+=) W A over n rows; split: the k range split where the output tiles alone would leave SMs idle. */
 static void gemm(cuda_state *s, const dev_weight &w, const __half *A, int lda, int n, float *C, int ldc, int col_off,
                  bool add, bool split) {
     const int ks = split ? ck_gemm_splits(w, n, s->n_sm) : 1;
@@ -663,21 +663,35 @@ static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
     gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, split);
 }
 
-/* Floats of split-K partials the decode steps' GEMMs need (the largest ks * rows * out over the GEMM buckets
- * and the layers' matrices). */
+/* The most split-K partials (ks * rows * out floats) any GEMM of n rows asks for: the layers' matrices at n. */
+static size_t gemm_work_at(const cuda_state *s, int n) {
+    size_t most = 0;
+    for (int il = 0; il < s->m->hp.n_layer; il++) {
+        const cu_layer *L = &s->layers[il];
+        const dev_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            if (ws[i]->out <= 0) continue;
+            const int ks = ck_gemm_splits(*ws[i], n, s->n_sm);
+            const size_t f = ks > 1 ? (size_t)ks * n * ws[i]->out : 0;
+            most = f > most ? f : most;
+        }
+    }
+    return most;
+}
+
+/* Floats of split-K partials for every GEMM a call can run: the decode steps' buckets through the GEMMs and
+ * runs of rows (prefill, mixed steps) of every length up to max_batch. */
 static size_t gemm_work_floats(const cuda_state *s) {
     size_t n = 0;
     for (int b = 0; b < s->n_buckets; b++)
-        for (int il = 0; il < s->m->hp.n_layer && s->bucket[b] > s->mv_rows; il++) {
-            const cu_layer *L = &s->layers[il];
-            const dev_weight *ws[] = {&L->wqkv, &L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-                if (ws[i]->out <= 0) continue;
-                const int ks = ck_gemm_splits(*ws[i], s->bucket[b], s->n_sm);
-                const size_t f = ks > 1 ? (size_t)ks * s->bucket[b] * ws[i]->out : 0;
-                n = f > n ? f : n;
-            }
+        if (s->bucket[b] > s->mv_rows) {
+            const size_t f = gemm_work_at(s, s->bucket[b]);
+            n = f > n ? f : n;
         }
+    for (int r = 1; r <= s->cfg.max_batch; r++) {
+        const size_t f = gemm_work_at(s, r);
+        n = f > n ? f : n;
+    }
     return n;
 }
 
@@ -737,13 +751,13 @@ static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
     ck_embed(s->tok_embd, s->ids, s->x, n, s->stream);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        qkv_rows(s, L, n, false);
+        qkv_rows(s, L, n, true);
         for (int r0 = 0, r1; r0 < n; r0 = r1) {
             for (r1 = r0 + 1; r1 < n && rows[r1].seq == rows[r0].seq; r1++) {}
             s->cur_seq = rows[r0].seq;
             launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
         }
-        o_ffn_rows(s, L, n, false);
+        o_ffn_rows(s, L, n, true);
     }
 }
 

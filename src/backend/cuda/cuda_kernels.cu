@@ -400,9 +400,12 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
     ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, st);
 }
 
+/* Small tiles (steps of few rows): enough splits for two blocks per SM, rounded up. Wide tiles (prefill): only as
+ * many as fit in those two blocks per SM, rounded down, so that a grid already filling the GPU stays whole. */
 template <class S> static int gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
     const int blocks = ((w.out + S::BN - 1) / S::BN) * ((n_tok + S::BM - 1) / S::BM), n_kt = (w.in + S::BK - 1) / S::BK;
-    int ks = (2 * n_sm + blocks - 1) / blocks; /* two blocks per SM */
+    const bool wide = S::BM == gemm_wide::BM;
+    int ks = wide ? 2 * n_sm / blocks : (2 * n_sm + blocks - 1) / blocks;
     if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k steps per block */
     if (ks > 16) ks = 16;
     return ks < 1 ? 1 : ks;
