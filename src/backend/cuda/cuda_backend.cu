@@ -115,7 +115,7 @@ typedef struct cuda_state {
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
-    float *gwork;       /* split-K partials of the decode steps' GEMMs */
+    float *gwork;       /* split-K partials of the GEMMs */
     int *arg_idx, *arg_rows, *rows, *ids;  /* rows: ids | seqs | positions of a decode step (max_step each) */
     unsigned *counter, *att_counters;
     int max_mv_blocks;
@@ -628,39 +628,39 @@ static void launch_decode(cuda_state *s, int b) {
 
 /* ---- n rows through the matrix products (tensor-core GEMMs over all rows: each weight read once) */
 
-/* C (=|+=) W A over n rows; split: the k range split where the output tiles alone would leave SMs idle. */
+/* C (=|+=) W A over n rows, the k range split where the output tiles alone would leave SMs idle. */
 static void gemm(cuda_state *s, const dev_weight &w, const __half *A, int lda, int n, float *C, int ldc, int col_off,
-                 bool add, bool split) {
-    const int ks = split ? ck_gemm_splits(w, n, s->n_sm) : 1;
+                 bool add) {
+    const int ks = ck_gemm_splits(w, n, s->n_sm);
     ck_gemm_split(w, A, lda, n, C, ldc, col_off, add, ks, s->gwork, s->stream);
 }
 
 /* RMSNorm + Q/K/V of n rows of x into s->qkv. */
-static void qkv_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
+static void qkv_rows(cuda_state *s, const cu_layer *L, int n) {
     ck_rmsnorm_rows(s->x, NULL, L->attn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, s->stream);
     if (L->qkv_fused) {
-        gemm(s, L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
+        gemm(s, L->wqkv, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false);
     } else {
-        gemm(s, L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false, split);
-        gemm(s, L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false, split);
-        gemm(s, L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false, split);
+        gemm(s, L->wq, s->xh, s->Epad, n, s->qkv, s->NQKV, 0, false);
+        gemm(s, L->wk, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q, false);
+        gemm(s, L->wv, s->xh, s->Epad, n, s->qkv, s->NQKV, s->Q + s->KV, false);
     }
 }
 
 /* x += O(atth), then x += down(SwiGLU(gate, up)(RMSNorm(x))) for n rows (a MoE layer: each row's chosen
  * experts, cuda_moe.cu). */
-static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n, bool split) {
+static void o_ffn_rows(cuda_state *s, const cu_layer *L, int n) {
     cudaStream_t st = s->stream;
-    gemm(s, L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true, split);
+    gemm(s, L->wo, s->atth, s->Qpad, n, s->x, s->E, 0, true);
     if (L->moe.n_expert) {
         cm_ffn(L->moe, s->moe, s->x, s->E, s->m->hp.rms_eps, n, s->pdl, st);
         return;
     }
     ck_rmsnorm_rows(s->x, NULL, L->ffn_norm, s->m->hp.rms_eps, s->E, n, s->xh, s->Epad, st);
-    gemm(s, L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false, split);
-    gemm(s, L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false, split);
+    gemm(s, L->wg, s->xh, s->Epad, n, s->g, s->F, 0, false);
+    gemm(s, L->wu, s->xh, s->Epad, n, s->u, s->F, 0, false);
     ck_swiglu_rows(s->g, s->u, s->F, n, s->hh, s->Fpad, st);
-    gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true, split);
+    gemm(s, L->wd, s->hh, s->Fpad, n, s->x, s->E, 0, true);
 }
 
 /* The most split-K partials (ks * rows * out floats) any GEMM of n rows asks for: the layers' matrices at n. */
@@ -704,7 +704,7 @@ static void launch_step(cuda_state *s, int b) {
     ck_embed(s->tok_embd, step_ids(s), s->x, R, st);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        qkv_rows(s, L, R, true);
+        qkv_rows(s, L, R);
         if (s->qkv_post) {
             ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
         } else {
@@ -713,7 +713,7 @@ static void launch_step(cuda_state *s, int b) {
                           hp->n_rot, s->rope_freq, s->kc + kv_off, s->vc + kv_off, s->KV, st);
         }
         ck_attn_decode(step_attn(s, il, b), R, st);
-        o_ffn_rows(s, L, R, true);
+        o_ffn_rows(s, L, R);
     }
     launch_outputs(s, R, 0, NULL);
 }
@@ -751,13 +751,13 @@ static void launch_rows(cuda_state *s, const kiln_backend_row *rows, int n) {
     ck_embed(s->tok_embd, s->ids, s->x, n, s->stream);
     for (int il = 0; il < hp->n_layer; il++) {
         const cu_layer *L = &s->layers[il];
-        qkv_rows(s, L, n, true);
+        qkv_rows(s, L, n);
         for (int r0 = 0, r1; r0 < n; r0 = r1) {
             for (r1 = r0 + 1; r1 < n && rows[r1].seq == rows[r0].seq; r1++) {}
             s->cur_seq = rows[r0].seq;
             launch_run_attention(s, il, r0, r1 - r0, rows[r0].pos);
         }
-        o_ffn_rows(s, L, n, true);
+        o_ffn_rows(s, L, n);
     }
 }
 
