@@ -115,8 +115,8 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
- * are unpacked once for the tile's activation rows, and its two scale products with the rows' y.d are one
- * 4-lane multiply each (the same single-precision products), broadcast per pair from memory. */
+ * are unpacked once for the tile's activation rows, its scale products with them formed 4 at a time
+ * (k4_scale_products). */
 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
     const int nb = a->n / QK_K;
     const block_q4_K *x[2];
@@ -135,9 +135,8 @@ static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm,
             const __m256i sc = k4_scales_mins(xb->scales, &mins16);
             k4_weights w;
             k4_unpack(xb->qs, sc, &w);
-            float pd[4], pm[4]; /* y.d * h2f(x.d), y.d * h2f(x.dmin) per activation row */
-            _mm_storeu_ps(pd, _mm_mul_ps(yd, _mm_set1_ps(h2f(xb->d))));
-            _mm_storeu_ps(pm, _mm_mul_ps(yd, _mm_set1_ps(h2f(xb->dmin))));
+            float pd[4], pm[4];
+            k4_scale_products(yd, xb->d, xb->dmin, pd, pm);
             UNROLL for (int j = 0; j < tn; j++) {
                 const block_q8_K *yb = &y[j][ib];
                 const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(yb), mins16));
