@@ -679,20 +679,15 @@ static size_t gemm_work_at(const cuda_state *s, int n) {
     return most;
 }
 
-/* Floats of split-K partials for every GEMM a call can run: the decode steps' buckets through the GEMMs and
- * runs of rows (prefill, mixed steps) of every length up to max_batch. */
+/* Floats of split-K partials for every GEMM a call can run: n rows for every n up to max_batch (prefill and
+ * mixed steps; the decode buckets through the GEMMs hold at most max_step <= max_batch rows). */
 static size_t gemm_work_floats(const cuda_state *s) {
-    size_t n = 0;
-    for (int b = 0; b < s->n_buckets; b++)
-        if (s->bucket[b] > s->mv_rows) {
-            const size_t f = gemm_work_at(s, s->bucket[b]);
-            n = f > n ? f : n;
-        }
-    for (int r = 1; r <= s->cfg.max_batch; r++) {
-        const size_t f = gemm_work_at(s, r);
-        n = f > n ? f : n;
+    size_t most = 0;
+    for (int n = 1; n <= s->cfg.max_batch; n++) {
+        const size_t f = gemm_work_at(s, n);
+        most = f > most ? f : most;
     }
-    return n;
+    return most;
 }
 
 /* The decode step of bucket b (R > mv_rows rows, each of its own sequence; padding rows have position -1 and
