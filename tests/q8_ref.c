@@ -5,8 +5,11 @@
 #include "formats/formats.h"
 
 bool test_q8_input(uint32_t type) {
-    return type == KILN_TYPE_Q4_1 || type == KILN_TYPE_Q5_0 || type == KILN_TYPE_Q5_1 || type == KILN_TYPE_Q4_K;
+    return type == KILN_TYPE_Q4_1 || type == KILN_TYPE_Q5_0 || type == KILN_TYPE_Q5_1 || type == KILN_TYPE_Q4_K ||
+           type == KILN_TYPE_Q6_K;
 }
+
+bool test_q8_hidden(uint32_t type) { return type != KILN_TYPE_F32 && type != KILN_TYPE_F16 && type != KILN_TYPE_BF16; }
 
 double test_q8_ref_dot(uint32_t type, const void *w_row, const float *deq_row, const float *x, int n) {
     const kiln_type_info *q8 = kiln_type_get(KILN_TYPE_Q8_1);

@@ -12,6 +12,10 @@
  * backend/cuda/cuda_kernels.cuh). */
 bool test_q8_input(uint32_t type);
 
+/* The expert types whose CUDA per-row MoE down kernel takes h as 8-bit levels (moe_q8_hidden in
+ * backend/cuda/cuda_moe.cu): the block-quantized ones. */
+bool test_q8_hidden(uint32_t type);
+
 /* Row w_row (n values of `type`, n a multiple of 32; deq_row: its exact values) times x quantized to 8-bit
  * blocks. */
 double test_q8_ref_dot(uint32_t type, const void *w_row, const float *deq_row, const float *x, int n);

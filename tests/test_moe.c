@@ -81,11 +81,25 @@ static void free_case(moe_case *c) {
     free(c->gate), free(c->up), free(c->down), free(c->gate_f), free(c->up_f), free(c->down_f);
 }
 
+/* h quantized as the CUDA down kernel takes it (block-quantized down types): 8-bit levels in blocks of 8 values
+ * (n of them, a multiple of 8), level = rint(v * 127 / amax) in floats, d = amax / 127; out = d * level. */
+static void q8_hidden_ref(const float *v, int n, double *out) {
+    for (int b = 0; b < n; b += 8) {
+        float amax = 0;
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[b + i]));
+        const float id = amax != 0 ? 127.f / amax : 0.0f, d = amax / 127.f;
+        for (int i = 0; i < 8; i++) out[b + i] = (double)d * rintf(v[b + i] * id);
+    }
+}
+
 /* The reference: one row in double precision, the chosen weights renormalized when norm. ids receives the
  * chosen experts, w (may be NULL) their weights; returns the gap between the k-th and the (k+1)-th router
  * logit (a near tie would make the test's routing fragile). With q8 the gate and up products take x quantized
- * to 8-bit blocks, as the CUDA per-row kernels do for those types (test_q8_ref_dot). */
-static double ref_row_q(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout, bool q8) {
+ * to 8-bit blocks, as the CUDA per-row kernels do for those types (test_q8_ref_dot). h_out (may be NULL)
+ * receives the row's silu(gate) * up (k x F); with hq (the device's, k x F) the down products take that h
+ * quantized as the CUDA down kernel does (q8_hidden_ref), so that only the kernels' rounding differs. */
+static double ref_row_q(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout, bool q8,
+                        const float *hq, double *h_out) {
     double p[NX], mx = -1e300, sum = 0;
     for (int e = 0; e < NX; e++) {
         p[e] = 0;
@@ -120,7 +134,9 @@ static double ref_row_q(const moe_case *c, const float *x, bool norm, double *ou
                 for (int i = 0; i < E; i++) g += (double)G[r * E + i] * x[i], u += (double)U[r * E + i] * x[i];
             }
             h[r] = g / (1 + exp(-g)) * u;
+            if (h_out) h_out[j * F + r] = h[r];
         }
+        if (hq) q8_hidden_ref(hq + j * F, F, h);
         for (int r = 0; r < E; r++) {
             double y = 0;
             for (int i = 0; i < F; i++) y += (double)D[r * F + i] * h[i];
@@ -132,7 +148,7 @@ static double ref_row_q(const moe_case *c, const float *x, bool norm, double *ou
 }
 
 static double ref_row_w(const moe_case *c, const float *x, bool norm, double *out, int *ids, double *wout) {
-    return ref_row_q(c, x, norm, out, ids, wout, false);
+    return ref_row_q(c, x, norm, out, ids, wout, false, NULL, NULL);
 }
 
 static double ref_row(const moe_case *c, const float *x, double *out, int *ids) { return ref_row_w(c, x, true, out, ids, NULL); }
@@ -397,17 +413,23 @@ TEST(cpu_moe_route_topk_ties_and_norm) {
 /* The device's routing and output of the n rows x (path: per row or grouped) against the reference: same
  * experts in the same order, weights and outputs within tol, probabilities summing to 1. */
 static void cuda_moe_rows(moe_case *c, int path, bool norm, const float *x, int n, const float *nw, double tol) {
-    static float y[NG * E], probs[NG * NX], wts[NG * K], xn[E];
+    static float y[NG * E], probs[NG * NX], wts[NG * K], xn[E], h[NG * K * F];
     static int32_t ids[NG * K];
+    const bool per_row = path == KILN_MOE_PER_ROW, q8h = per_row && test_q8_hidden(c->type);
     CHECK_OK(kiln_cuda_test_moe(path, c->type, E, F, NX, K, norm, c->router, c->gate, c->up, c->down, nw, 1e-6f, x, n,
-                                probs, ids, wts, y));
+                                probs, ids, wts, y, per_row ? h : NULL));
     const char *tn = kiln_type_get(c->type)->name, *pn = path == KILN_MOE_GROUPED ? "grouped" : "per row";
     double worst = 0;
     for (int t = 0; t < n; t++) {
-        double ref[E], rw[K], psum = 0;
+        double ref[E], rw[K], href[K * F], psum = 0;
         int rid[K];
         rmsnorm_f(x + t * E, nw, xn);
-        const double gap = ref_row_q(c, xn, norm, ref, rid, rw, path == KILN_MOE_PER_ROW && test_q8_input(c->type));
+        const double gap = ref_row_q(c, xn, norm, ref, rid, rw, per_row && test_q8_input(c->type),
+                                     q8h ? h + (size_t)t * K * F : NULL, href);
+        if (per_row) { /* gate_up's output itself, before down quantizes it */
+            const double herr = rel_err(h + (size_t)t * K * F, href, K * F);
+            CHECKF(herr <= tol, "%s %s norm=%d row %d: h relative error %.3g > %.3g", tn, pn, norm, t, herr, tol);
+        }
         CHECKF(gap > 1e-4, "%s row %d: the test data has a near tie (logit gap %g)", tn, t, gap);
         for (int e = 0; e < NX; e++) psum += probs[t * NX + e];
         CHECKF(fabs(psum - 1) < 1e-5, "%s row %d: probabilities sum to %.7f", tn, t, psum);
@@ -439,7 +461,9 @@ TEST(cuda_moe_matches_scalar_reference_for_expert_types) {
     if (!test_gpu_ready()) return;
     kiln_formats_init();
     /* the device reads the exact weights; the gate and up products of the 8-bit input types take 8-bit blocks
-     * of the input (so does the reference for them, within 1e-4) */
+     * of the input (so does the reference for them, within 1e-4); the down products of the block types take
+     * the device's h (checked against the reference's within 1e-4) in 8-bit blocks of 8, and so does the
+     * reference */
     static const uint32_t types[] = {KILN_TYPE_F32,  KILN_TYPE_F16,  KILN_TYPE_BF16, KILN_TYPE_Q8_0, KILN_TYPE_Q4_0,
                                      KILN_TYPE_Q4_1, KILN_TYPE_Q5_0, KILN_TYPE_Q5_1, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
     static moe_case c;
@@ -543,7 +567,7 @@ TEST(cuda_moe_ties_and_only_chosen_experts_read) {
     for (int e = 0; e < NX; e++)
         for (int i = 0; i < E; i++) c.router[e * E + i] = (e == 1 || e == 2 || e == 4) ? 0.01f * x[i] : -0.0025f * x[i];
     CHECK_OK(kiln_cuda_test_moe(KILN_MOE_PER_ROW, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f,
-                                x, 1, probs, ids, wts, y));
+                                x, 1, probs, ids, wts, y, NULL));
     CHECKF(ids[0] == 1 && ids[1] == 2 && ids[2] == 4, "tie: experts %d %d %d, want 1 2 4", ids[0], ids[1], ids[2]);
     for (int j = 0; j < K; j++) CHECKF(fabsf(wts[j] - 1.0f / 3) < 1e-6f, "tie: weight %d = %.7f", j, wts[j]);
     /* 2 rows of random routing; then every expert no row chose poisoned */
@@ -551,7 +575,7 @@ TEST(cuda_moe_ties_and_only_chosen_experts_read) {
     for (int path = KILN_MOE_PER_ROW; path <= KILN_MOE_GROUPED; path++) {
         make_case(&c, KILN_TYPE_Q4_K, 4343);
         CHECK_OK(kiln_cuda_test_moe(path, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2,
-                                    probs, ids, wts, y));
+                                    probs, ids, wts, y, NULL));
         bool chosen[NX] = {0};
         for (int i = 0; i < 2 * K; i++) chosen[ids[i]] = true;
         const size_t gate_mb = c.w_gate.nbytes / NX, down_mb = c.w_down.nbytes / NX;
@@ -564,7 +588,7 @@ TEST(cuda_moe_ties_and_only_chosen_experts_read) {
             n_poisoned++;
         }
         CHECK_OK(kiln_cuda_test_moe(path, c.type, E, F, NX, K, true, c.router, c.gate, c.up, c.down, nw, 1e-6f, x, 2,
-                                    probs, ids, wts, y2));
+                                    probs, ids, wts, y2, NULL));
         CHECKF(n_poisoned > 0 && !memcmp(y, y2, sizeof(float) * 2 * E),
                "path %d: an expert no row chose changed the output (%d poisoned)", path, n_poisoned);
         free_case(&c);

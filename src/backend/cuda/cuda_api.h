@@ -127,12 +127,14 @@ kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb);
  * n_expert rows of n_embd), softmax, top-k (k) with the weights renormalized when norm_topk, the experts as GGUF
  * rows of `type` (gate, up: n_expert * n_ff rows of n_embd; down: n_expert * n_embd rows of n_ff), through the
  * path given (KILN_MOE_PER_ROW: each row's chosen experts; KILN_MOE_GROUPED: the rows grouped by expert, the
- * tensor-core GEMMs). Out: probs (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd). */
+ * tensor-core GEMMs). Out: probs (n x n_expert, the softmax), ids and wts (n x k), y = x + the mix (n x n_embd),
+ * and h (may be NULL; KILN_MOE_PER_ROW only): silu(gate) * up of each chosen expert (n x k x n_ff) as the down
+ * kernel's input before its 8-bit quantization. */
 enum { KILN_MOE_PER_ROW = 0, KILN_MOE_GROUPED = 1 };
 kiln_status kiln_cuda_test_moe(int path, uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
                                const float *router, const void *gate, const void *up, const void *down,
                                const float *norm_w, float eps, const float *x, int n, float *probs, int32_t *ids,
-                               float *wts, float *y);
+                               float *wts, float *y, float *h);
 /* The grouped path's group kernel alone: ids (n_rows x k, each in 0..n_expert-1; n_rows * k <= 65535,
  * n_expert <= 512) -> offsets (n_expert + 1: expert e's entries at [offsets[e], offsets[e + 1])), list
  * (n_rows * k: the row of each entry in expert order), pos (n_rows * k: entry row * k + j's place in list). */

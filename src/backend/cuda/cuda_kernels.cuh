@@ -54,9 +54,10 @@ static inline __host__ __device__ constexpr ck_layout ck_layout_of(int t) {
 /* The decode matvec quantizes its input to 8-bit blocks of 32 for these types (with the block sums where the
  * type has a per-block minimum), as the reference engine does for them, and multiplies bytes (dp4a). Measured
  * on the H200 (bench/RESULTS.md, dp4a decode matvec): it pays where the float dequantization is dear (Q4_K
- * decode +10%); for Q8_0 the extra input quantization costs more than the float products (-4% on smollm2). */
+ * decode +10%; Q6_K, whose 6-bit values take two shifts and masks a word); for Q8_0 the extra input
+ * quantization costs more than the float products (-4% on smollm2). */
 static inline __host__ __device__ constexpr bool ck_q8_input(int t) {
-    return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1 || t == CK_Q4_K;
+    return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1 || t == CK_Q4_K || t == CK_Q6_K;
 }
 /* dequant16 gives value = s * v + b with b != 0 for these types. */
 static inline __host__ __device__ constexpr bool ck_has_min(int t) { return t == CK_Q4_K || t == CK_Q4_1 || t == CK_Q5_1; }

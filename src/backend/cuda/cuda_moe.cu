@@ -1,21 +1,25 @@
 /*
  * cuda_moe.cu — the mixture-of-experts feed-forward on the CUDA backend (see cuda_moe.cuh), its kernels
  * templated on the weight type (every type the dense kernels read):
- *   k_moe_route<T>    RMSNorm of the row (block 0 stores it for the experts, as 8-bit blocks for the per-row
- *                     gate_up of the 8-bit input types, and as half for the grouped GEMMs), the router matvec (one
- *                     warp per expert); the last block of a row to finish does softmax, top-k and renormalization
+ *   k_moe_route<T>    RMSNorm of the row (its blocks store it for the experts, a share each: as floats, as 8-bit
+ *                     blocks for the per-row gate_up of the 8-bit input types, and as half for the grouped GEMMs),
+ *                     the router matvec (one warp per expert); the last block of a row to finish does softmax,
+ *                     top-k and renormalization
  * the per-row path:
- *   k_moe_gate_up<T>  one warp per (chosen slot, hidden row): silu(gate . xn) * (up . xn), the expert's rows
+ *   k_moe_gate_up<T>  one warp per (chosen slot, hidden row): h = silu(gate . xn) * (up . xn), the expert's rows
  *                     found from the id in device memory; for the types ck_q8_input names, xn's 8-bit blocks
- *                     (quantized once by the route kernel) dotted with dp4a, as the dense decode matvec does
+ *                     (quantized once by the route kernel) dotted with dp4a, as the dense decode matvec does;
+ *                     for a block-quantized down matrix the block's 8 values of h also as 8-bit levels
  *   k_moe_down<T>     one warp per output row: sum over the chosen slots of weight * (down row . h), added to
- *                     the residual
+ *                     the residual; h's 8-bit levels dotted with dp4a where gate_up wrote them
  * the grouped path (after the same route):
  *   k_moe_group       one block: the (row, slot) entries sorted by expert (stable), offsets, list, positions
  *   k_moe_gemm<T>     gemm_tile (cuda_gemm.cuh) over expert blockIdx.z's entries: gate and up, or down
  *   k_moe_combine     x[row] += sum over slots j in order of wts[row, j] * y[pos(row, j)]
  * Float inputs are staged in shared memory in the matvec's transposed layout (value i of unit u at i * nup + u,
  * nup odd: the lanes of a warp reading value i of 32 consecutive units hit 32 banks); 8-bit ones as bytes in order.
+ * The 8-bit h has a scale per 8 values (one gate_up block's warps): h's levels need no second pass over it, and
+ * its blocks are finer than the 32 of xn's (the reference engine's are 32).
  */
 #include "backend/cuda/cuda_moe.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -27,6 +31,7 @@
 
 #define MOE_THREADS 256
 #define MOE_WARPS (MOE_THREADS / 32)
+static_assert(16 % MOE_WARPS == 0, "a gate_up block's rows lie in one slot's F padded to 16");
 #define MOE_MAX_EXPERT 512 /* the model layer's limit (llama.cpp's LLAMA_MAX_EXPERTS) */
 #define MOE_MAX_USED 64
 #define MOE_GROUP_THREADS 1024
@@ -48,6 +53,9 @@ struct moe_args {
     float *xn, *probs, *wts, *h;
     int8_t *xq;           /* route -> gate_up, the per-row path of 8-bit input types: xn's levels (rows, E), or NULL */
     float *xqm;           /* their blocks' (amax, level sum) pairs (rows, E / 32) */
+    int8_t *hq;           /* gate_up -> down, the per-row path of block-quantized down types: h's levels (rows, k,
+                           * fp = F rounded up to 16; the padding 0), or NULL */
+    float *hqm;           /* their 8-value blocks' (d, d * level sum) pairs (rows, k, fp / 8) */
     int *ids;
     unsigned *counter;
     /* the grouped path */
@@ -77,6 +85,13 @@ static __device__ __forceinline__ double warp_sum_d(double v) {
     return v;
 }
 
+/* How units_dot's input is staged: floats (transposed), 8-bit levels with a (d, s) pair per 32 values (xn, from
+ * the route kernel), or 8-bit levels with a pair per 8 values (h, from gate_up). */
+enum { MOE_IN_FLOAT, MOE_IN_Q8, MOE_IN_Q8_8 };
+
+/* Block-quantized types: the down kernel takes h as 8-bit levels (every type with a bytes16 form). */
+static inline __host__ __device__ constexpr bool moe_q8_hidden(int t) { return t != CK_F32 && t != CK_F16 && t != CK_BF16; }
+
 /* The dot product of unit k0 / 16 of raw weight r with 8-bit input unit t (levels as bytes in order at xs, 16 a
  * unit; each 32-value block's (d, s) pair at xs + 4 * n_units): integer sums of bytes (dp4a), a minimum once per
  * block, with its first unit. */
@@ -88,6 +103,21 @@ static __device__ __forceinline__ float unit_dot_q8(const raw16<T> &r, int k0, c
     const int4 xq = ((const int4 *)xs)[t];
     const float2 ds = ((const float2 *)(xs + 4 * n_units))[t >> 1];
     return fmaf(s * ds.x, (float)dot16_q8(w, xq), ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
+}
+
+/* The same against 8-bit input unit t with a (d, s) pair per 8 values (levels at xs, 16 a unit; the unit's two
+ * pairs as one float4 at xs + 4 * n_units): the two halves' integer sums scaled apart. */
+template <int T>
+static __device__ __forceinline__ float unit_dot_q8_8(const raw16<T> &r, int k0, const float *xs, int n_units, int t) {
+    uint32_t w[4];
+    float s, b;
+    convert16_q8<T>(r, k0, w, s, b);
+    const int4 xq = ((const int4 *)xs)[t];
+    const float4 ds = ((const float4 *)xs)[n_units + t];
+    const int ia = __dp4a((int)w[1], xq.y, __dp4a((int)w[0], xq.x, 0));
+    const int ib = __dp4a((int)w[3], xq.w, __dp4a((int)w[2], xq.z, 0));
+    const float c = s * fmaf(ds.x, (float)ia, ds.z * (float)ib);
+    return ck_has_min(T) ? fmaf(b, ds.y + ds.w, c) : c;
 }
 
 /* The same against float inputs staged in the transposed layout (value i of the unit at xp[i * nup]). */
@@ -106,12 +136,12 @@ static __device__ __forceinline__ float unit_dot_float(const raw16<T> &r, int k0
     return c;
 }
 
-/* This lane's share of dot products against the input staged in xs (Q8: 8-bit, as unit_dot_q8 reads it; else
- * transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
+/* This lane's share of dot products against the input staged in xs as IN says (MOE_IN_Q8 / MOE_IN_Q8_8: as
+ * unit_dot_q8 / unit_dot_q8_8 read it; MOE_IN_FLOAT: transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
  * (and, DUAL, of the same row of w1), its product scaled by wt, as map(t, row, uw, wt) says. UN units of each
  * matrix in flight per lane, every load unconditional (t clamped to a valid unit, the result dropped). acc0 /
  * acc1 are added to, not reduced. */
-template <int T, bool DUAL, bool Q8, int UN = mv_units<T>(), class Map>
+template <int T, bool DUAL, int IN, int UN = mv_units<T>(), class Map>
 static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
                                                  int n_units, int lane, Map map, float &acc0, float &acc1) {
     constexpr int UD = DUAL ? UN : 1;
@@ -132,9 +162,11 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
             const int t = t0 + 32 * k, tc = t < n_units ? t : t0;
             const bool ok = t < n_units;
             float c0, c1 = 0.0f;
-            if constexpr (Q8) {
+            if constexpr (IN == MOE_IN_Q8) {
                 c0 = unit_dot_q8<T>(ra[k], 16 * uw[k], xs, n_units, tc);
                 if constexpr (DUAL) c1 = unit_dot_q8<T>(rb[k], 16 * uw[k], xs, n_units, tc);
+            } else if constexpr (IN == MOE_IN_Q8_8) {
+                c0 = unit_dot_q8_8<T>(ra[k], 16 * uw[k], xs, n_units, tc);
             } else {
                 c0 = unit_dot_float<T>(ra[k], 16 * uw[k], xs + tc, nup);
                 if constexpr (DUAL) c1 = unit_dot_float<T>(rb[k], 16 * uw[k], xs + tc, nup);
@@ -171,21 +203,28 @@ static __device__ void route_row(const moe_args &a, int row, int lane) {
     for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         if (e < X) p[i] *= inv, pr[e] = p[i];
-        else p[i] = -1.0f; /* below every probability: never chosen */
     }
+    /* k rounds of one warp maximum of the probabilities as unsigned keys (a probability's bits + 1: floats >= +0
+     * order as their bits; 0: taken or past the experts), then one warp minimum of the ids holding it */
+    unsigned key[PL];
+#pragma unroll
+    for (int i = 0; i < PL; i++) key[i] = lane + 32 * i < X ? __float_as_uint(p[i]) + 1u : 0u;
     int *ids = a.ids + (long long)row * K;
     float *w = a.wts + (long long)row * K;
     for (int j = 0; j < K; j++) {
-        float bv = -2.0f;
+        unsigned bk = 0;
+#pragma unroll
+        for (int i = 0; i < PL; i++) bk = max(bk, key[i]);
+        bk = __reduce_max_sync(0xFFFFFFFFu, bk);
         int bi = 0x7FFFFFFF;
 #pragma unroll
-        for (int i = 0; i < PL; i++)
-            if (arg_better(p[i], lane + 32 * i, bv, bi)) bv = p[i], bi = lane + 32 * i;
-        warp_argmax(bv, bi);
+        for (int i = PL - 1; i >= 0; i--)
+            if (key[i] == bk) bi = lane + 32 * i; /* this lane's lowest id with the key */
+        bi = __reduce_min_sync(0xFFFFFFFFu, bi);
 #pragma unroll
         for (int i = 0; i < PL; i++)
-            if (lane + 32 * i == bi) p[i] = -1.0f; /* taken */
-        if (lane == 0) ids[j] = bi, w[j] = bv;
+            if (lane + 32 * i == bi) key[i] = 0; /* taken */
+        if (lane == 0) ids[j] = bi, w[j] = __uint_as_float(bk - 1u);
     }
     if (!a.norm_topk || lane != 0) return;
     double acc = 0.0;
@@ -195,8 +234,9 @@ static __device__ void route_row(const moe_args &a, int row, int lane) {
     for (int j = 0; j < K; j++) w[j] /= s;
 }
 
-/* Grid (ceil(n_expert / MOE_WARPS), rows): RMSNorm of the row into shared memory (block 0 also stores it in
- * xn), one warp per router row, then the last block of the row routes it and resets its counter. */
+/* Grid (ceil(n_expert / MOE_WARPS), rows): RMSNorm of the row into shared memory (the row's blocks also store
+ * it in xn, a share each), one warp per router row, then the last block of the row routes it and resets its
+ * counter. */
 template <int T>
 __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant__ moe_args a) {
     extern __shared__ float xs[];
@@ -215,24 +255,27 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
         ss += v * v;
     }
     const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)E + a.eps);
-    const bool q8 = blockIdx.x == 0 && a.xq; /* E is then a multiple of 32: a warp's 32 values are one block */
+    /* the row's blocks share the stores for the experts: block b those of values i with (i / 32) % blocks == b
+     * (a warp's 32 values; with xq, E is a multiple of 32: they are one 8-bit block) */
     for (int i = tid; i < 16 * nu; i += MOE_THREADS) {
         const float v = i < E ? __ldcg(x + i) * scale * a.norm_w[i] : 0.0f;
         xs[xs_at(i, nup)] = v;
-        if (blockIdx.x == 0 && i < E) a.xn[(long long)row * E + i] = v;
-        if (q8) {
+        const bool mine = (i >> 5) % gridDim.x == blockIdx.x;
+        if (mine && i < E) a.xn[(long long)row * E + i] = v;
+        if (mine && a.xq && i < E) {
             float e = v;
             q8_levels<1, 32>(&e, a.xqm + 2 * ((long long)row * (E >> 5) + (i >> 5)));
             a.xq[(long long)row * E + i] = (int8_t)(int)e;
         }
     }
     __syncthreads();
-    if (a.xh && blockIdx.x == 0)
+    if (a.xh)
         for (int i = tid; i < a.epad; i += MOE_THREADS)
-            a.xh[(long long)row * a.epad + i] = __float2half(i < E ? xs[xs_at(i, nup)] : 0.0f);
+            if ((i >> 5) % gridDim.x == blockIdx.x)
+                a.xh[(long long)row * a.epad + i] = __float2half(i < E ? xs[xs_at(i, nup)] : 0.0f);
     for (int e = blockIdx.x * MOE_WARPS + warp; e < a.n_expert; e += gridDim.x * MOE_WARPS) {
         float acc = 0.0f, none = 0.0f;
-        units_dot<T, false, false, MOE_ROUTE_UN>(a.w0, a.w0, xs, nup, nu, lane,
+        units_dot<T, false, MOE_IN_FLOAT, MOE_ROUTE_UN>(a.w0, a.w0, xs, nup, nu, lane,
                                           [&](int t, int &r, int &uw, float &wt) { r = e, uw = t, wt = 1.0f; }, acc, none);
         acc = warp_sum(acc);
         if (lane == 0) a.probs[(long long)row * a.n_expert + e] = acc;
@@ -249,17 +292,21 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
     if (lane == 0) a.counter[row] = 0;
 }
 
-/* Grid (ceil(k * F / MOE_WARPS), rows): warp p computes hidden row r = p % F of chosen slot j = p / F. */
+/* Grid (k * fp / MOE_WARPS, rows), fp = F rounded up to 16: warp p computes hidden row r = p % fp of chosen slot
+ * j = p / fp (rows r >= F are the padding: 0). With a.hq, the block's MOE_WARPS values (one slot's) also become
+ * 8-bit levels with their (d, d * level sum) pair, for the down kernel. */
 template <int T>
 __global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_constant__ moe_args a) {
     extern __shared__ float xs[];
+    __shared__ float hv[MOE_WARPS];
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int nu = (E + 15) >> 4, nup = nu | 1;
-    const int p = blockIdx.x * MOE_WARPS + warp, j = min(p / F, K - 1), r = p - j * F;
+    const int nu = (E + 15) >> 4, nup = nu | 1, fp = (F + 15) & ~15;
+    const int p = blockIdx.x * MOE_WARPS + warp, j = p / fp, r = p - j * fp;
+    const bool live = r < F;
     const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
-    const int wrow = e * F + r;
-    if (p < K * F) prefetch_rows(a.w0, a.w1, wrow, wrow, lane, 32); /* while the input is staged */
+    const int wrow = e * F + min(r, F - 1);
+    if (live) prefetch_rows(a.w0, a.w1, wrow, wrow, lane, 32); /* while the input is staged */
     constexpr bool Q8 = ck_q8_input(T); /* the route kernel wrote the 8-bit levels (E a multiple of 32) */
     if constexpr (Q8) {
         const int4 *q = (const int4 *)(a.xq + (long long)row * E);
@@ -276,17 +323,33 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_consta
         for (int i = tid; i < 16 * nu; i += MOE_THREADS) xs[xs_at(i, nup)] = i < E ? __ldcg(xn + i) : 0.0f;
     }
     __syncthreads();
-    if (p >= K * F) return;
-    float g = 0.0f, u = 0.0f;
-    units_dot<T, true, Q8>(a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; },
-                       g, u);
-    g = warp_sum(g);
-    u = warp_sum(u);
-    if (lane == 0) a.h[((long long)row * K + j) * F + r] = g / (1.0f + expf(-g)) * u;
+    float v = 0.0f;
+    if (live) {
+        float g = 0.0f, u = 0.0f;
+        units_dot<T, true, Q8 ? MOE_IN_Q8 : MOE_IN_FLOAT>(
+            a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; }, g, u);
+        g = warp_sum(g);
+        u = warp_sum(u);
+        v = g / (1.0f + expf(-g)) * u;
+        if (lane == 0) a.h[((long long)row * K + j) * F + r] = v;
+    }
+    if (!a.hq) return;
+    if (lane == 0) hv[warp] = v;
+    __syncthreads();
+    if (warp != 0 || lane >= MOE_WARPS) return;
+    float q = hv[lane], m[2] = {0.0f, 0.0f};
+    q8_levels<1, MOE_WARPS>(&q, m);
+    const long long at = ((long long)row * K + j) * fp + r + lane; /* the block's value `lane` (r: warp 0's row) */
+    a.hq[at] = (int8_t)(int)q;
+    if (lane == 0) {
+        const float d = m[0] / 127.f;
+        ((float2 *)a.hqm)[at / MOE_WARPS] = make_float2(d, d * m[1]);
+    }
 }
 
 /* Grid (ceil(E / MOE_WARPS), rows): warp c computes output row c over the k chosen slots (each slot's hidden
- * values a segment of F padded to whole units) and adds it to the residual. */
+ * values a segment of F padded to whole units) and adds it to the residual. h: 8-bit levels where gate_up wrote
+ * them (a.hq), else floats. */
 template <int T>
 __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant__ moe_args a) {
     extern __shared__ float xs[];
@@ -298,10 +361,20 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     const int c0 = min(blockIdx.x * MOE_WARPS + warp, E - 1);
     for (int j = lane; j < K; j += 32) /* this warp's rows of the chosen experts into L2 while h is staged */
         prefetch_rows(a.w0, a.w0, min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1) * E + c0, -1, 0, 1);
-    const float *h = a.h + (long long)row * K * F;
-    for (int i = tid; i < K * fp; i += MOE_THREADS) {
-        const int j = i / fp, r = i - j * fp;
-        xs[xs_at(i, nup)] = r < F ? __ldcg(h + (long long)j * F + r) : 0.0f;
+    constexpr bool Q8 = moe_q8_hidden(T); /* the host sets a.hq exactly for these types */
+    if constexpr (Q8) { /* levels: nu units of 16 bytes; pairs: 2 a unit, one float4 */
+        const int4 *q = (const int4 *)(a.hq + (long long)row * K * fp);
+        const float4 *m = (const float4 *)a.hqm + (long long)row * nu;
+        for (int i = tid; i < nu; i += MOE_THREADS) {
+            ((int4 *)xs)[i] = __ldcg(q + i);
+            ((float4 *)xs)[nu + i] = __ldcg(m + i);
+        }
+    } else {
+        const float *h = a.h + (long long)row * K * F;
+        for (int i = tid; i < K * fp; i += MOE_THREADS) {
+            const int j = i / fp, r = i - j * fp;
+            xs[xs_at(i, nup)] = r < F ? __ldcg(h + (long long)j * F + r) : 0.0f;
+        }
     }
     for (int j = tid; j < K; j += MOE_THREADS) {
         sid[j] = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
@@ -311,12 +384,12 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     const int c = blockIdx.x * MOE_WARPS + warp;
     if (c >= E) return;
     float acc = 0.0f, none = 0.0f;
-    units_dot<T, false, false>(a.w0, a.w0, xs, nup, nu, lane,
-                        [&](int t, int &rr, int &uw, float &wt) {
-                            const int j = t / nue;
-                            rr = sid[j] * E + c, uw = t - j * nue, wt = swt[j];
-                        },
-                        acc, none);
+    units_dot<T, false, Q8 ? MOE_IN_Q8_8 : MOE_IN_FLOAT>(a.w0, a.w0, xs, nup, nu, lane,
+                                                         [&](int t, int &rr, int &uw, float &wt) {
+                                                             const int j = t / nue;
+                                                             rr = sid[j] * E + c, uw = t - j * nue, wt = swt[j];
+                                                         },
+                                                         acc, none);
     acc = warp_sum(acc);
     if (lane == 0) a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
 }
@@ -487,6 +560,9 @@ void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, int group_rows, u
     s->counter = (unsigned *)carve(base, off, R * 4);
     s->xq = (int8_t *)carve(base, off, R * E);
     s->xqm = (float *)carve(base, off, R * ((E + 31) / 32) * 8);
+    const size_t FP = (F + 15) & ~(size_t)15;
+    s->hq = (int8_t *)carve(base, off, R * K * FP);
+    s->hqm = (float *)carve(base, off, R * K * (FP / 8) * 8);
     if (group_rows < 0) group_rows = cm_group_rows(d);
     const int gmax = max_rows < MOE_MAX_ENTRIES / d.n_used ? max_rows : MOE_MAX_ENTRIES / d.n_used;
     if (group_rows == 0 || group_rows > max_rows || gmax < 1) return;
@@ -549,10 +625,12 @@ static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_e
     const unsigned R = (unsigned)n_rows;
     a.w0 = L.router;
     if (ck_q8_input(L.gate.type)) a.xq = s.xq, a.xqm = s.xqm;
+    if (moe_q8_hidden(L.down.type)) a.hq = s.hq, a.hqm = s.hqm;
     route(L, a, n_rows, pdl, st);
     a.w0 = L.gate, a.w1 = L.up;
-    MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3((L.n_used * L.n_ff + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
-                 smem_in(n_embd), st, pdl, a)
+    const int fp = (L.n_ff + 15) & ~15; /* a multiple of MOE_WARPS: a gate_up block's rows are one slot's */
+    MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3(L.n_used * fp / MOE_WARPS, R), dim3(MOE_THREADS), smem_in(n_embd), st,
+                 pdl, a)
     a.w0 = L.down, a.w1 = dev_weight{};
     MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
                  smem_down(L.n_used, L.n_ff), st, pdl, a)

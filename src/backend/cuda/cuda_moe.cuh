@@ -47,6 +47,8 @@ struct moe_scratch {
     unsigned *counter;  /* (rows) blocks of the route kernel done; zero between launches */
     int8_t *xq;         /* (rows, n_embd) xn's 8-bit levels (the per-row path, 8-bit input expert types) */
     float *xqm;         /* (rows, n_embd / 32) their blocks' (amax, level sum) */
+    int8_t *hq;         /* (rows, k, fp) h's 8-bit levels, fp = n_ff rounded up to 16 (block-quantized down types) */
+    float *hqm;         /* (rows, k, fp / 8) their 8-value blocks' (d, d * level sum) */
     /* the grouped path: calls of at least group_rows rows (0: never), at most group_max rows per launch
      * sequence (longer calls go in pieces of group_max rows); entries = rows * k */
     int group_rows, group_max, epad, fpad;

@@ -533,7 +533,7 @@ extern "C" kiln_status kiln_cuda_bench_matvec(kiln_cuda_mv_bench *mb) {
 extern "C" kiln_status kiln_cuda_test_moe(int path, uint32_t type, int n_embd, int n_ff, int n_expert, int k, bool norm_topk,
                                           const float *router, const void *gate, const void *up, const void *down,
                                           const float *norm_w, float eps, const float *x, int n, float *probs,
-                                          int32_t *ids, float *wts, float *y) {
+                                          int32_t *ids, float *wts, float *y, float *h) {
     test_bufs b;
     kiln_status st = tb_init(&b);
     moe_layer L;
@@ -567,6 +567,7 @@ extern "C" kiln_status kiln_cuda_test_moe(int path, uint32_t type, int n_embd, i
         if (st == KILN_OK) st = tb_finish(&b, probs, ms.probs, (size_t)n * n_expert * 4);
         if (st == KILN_OK) st = tb_finish(&b, ids, ms.ids, (size_t)n * k * 4);
         if (st == KILN_OK) st = tb_finish(&b, wts, ms.wts, (size_t)n * k * 4);
+        if (st == KILN_OK && h && path == KILN_MOE_PER_ROW) st = tb_finish(&b, h, ms.h, (size_t)n * k * n_ff * 4);
     }
     tb_free(&b);
     return st;
