@@ -38,6 +38,13 @@ static_assert(16 % MOE_WARPS == 0, "a gate_up block's rows lie in one slot's F p
 #define MOE_GROUP_WARPS (MOE_GROUP_THREADS / 32)
 #define MOE_MAX_ENTRIES 65535 /* rows * k of one grouped launch: the group kernel's 16-bit counts, grid.y */
 #define MOE_ROUTE_UN 4 /* router units a lane keeps in flight (the router is small and F32: latency, not bytes) */
+/* gate_up: units of each matrix a lane keeps in flight (at most 2; Q6_K, whose conversion needs more registers, 1),
+ * in at most 64 registers (4 blocks an SM). Against 4 units at 97 registers (2 blocks an SM: 768 blocks for
+ * qwen3-30b-a3b took 2.9 waves) the Q4_K kernel went from 14.3 to 12.1 us on the H200 (bench/RESULTS.md, "MoE
+ * decode on 8-bit h"). */
+template <int T> static __host__ __device__ constexpr int moe_gate_up_units() {
+    return T == CK_Q6_K ? 1 : mv_units<T>() < 2 ? mv_units<T>() : 2;
+}
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
 
@@ -296,7 +303,7 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_route(const __grid_constant
  * j = p / fp (rows r >= F are the padding: 0). With a.hq, the block's MOE_WARPS values (one slot's) also become
  * 8-bit levels with their (d, d * level sum) pair, for the down kernel. */
 template <int T>
-__global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_constant__ moe_args a) {
+__global__ void __launch_bounds__(MOE_THREADS, 4) k_moe_gate_up(const __grid_constant__ moe_args a) {
     extern __shared__ float xs[];
     __shared__ float hv[MOE_WARPS];
     pdl_wait_then_trigger();
@@ -326,7 +333,7 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_gate_up(const __grid_consta
     float v = 0.0f;
     if (live) {
         float g = 0.0f, u = 0.0f;
-        units_dot<T, true, Q8 ? MOE_IN_Q8 : MOE_IN_FLOAT>(
+        units_dot<T, true, Q8 ? MOE_IN_Q8 : MOE_IN_FLOAT, moe_gate_up_units<T>()>(
             a.w0, a.w1, xs, nup, nu, lane, [&](int t, int &rr, int &uw, float &wt) { rr = wrow, uw = t, wt = 1.0f; }, g, u);
         g = warp_sum(g);
         u = warp_sum(u);
