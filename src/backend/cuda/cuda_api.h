@@ -73,25 +73,13 @@ kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in, int out, c
  * q: n_tok x n_head*hd, out like q, through the prefill kernel. */
 kiln_status kiln_cuda_test_attention(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                      int head_dim, int pos0, int n_tok, float *out);
-/* The post-matmul work that the decode kernel does itself in a decode step (attn_args.post): raw q|k|v rows
- * qkv (n_rows x (Q + 2 KV)), bias (Q + 2 KV floats), q_norm and k_norm (head_dim each; each of the three NULL for
- * none), RoPE of n_rot dims (NEOX pairs or adjacent ones) with rope_freq (n_rot / 2), RMSNorm eps. */
-typedef struct kiln_cuda_attn_post {
-    const float *qkv, *bias, *q_norm, *k_norm, *rope_freq;
-    int n_rot;
-    bool neox;
-    float eps;
-} kiln_cuda_attn_post;
 /* The decode kernel over n_rows rows of one step: row r is the query q[r] (n_head*hd) at position pos[r] of
  * sequence seq[r], over keys 0..pos[r] of that sequence (K, V: n_seqs x n_ctx x n_head_kv*hd, n_seqs the
  * largest seq + 1); pos[r] < 0 is a padding row (output zeros). n_split splits (0: what the backend picks for
- * n_rows rows), output as float or (half_out) as half; the kernel runs twice (its counters must reset). With
- * post, q is unused: the kernel takes the rows from post->qkv, appends their K and V at (seq, pos) and attends
- * over them; kv_new (may be NULL) receives what the cache then holds there (n_rows x (KV + KV), as floats). */
+ * n_rows rows), output as float or (half_out) as half; the kernel runs twice (its counters must reset). */
 kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const float *v, int n_head, int n_head_kv,
                                           int head_dim, int n_ctx, int n_rows, const int *seq, const int *pos,
-                                          int n_split, bool half_out, float *out, const kiln_cuda_attn_post *post,
-                                          float *kv_new);
+                                          int n_split, bool half_out, float *out);
 
 /* The decode matvec over nr input rows (1..8) with any epilogue (kind: KILN_MVB_*), as a continuous batch
  * launches it. w: GGUF rows of `type` (out x in); SWIGLU: w = gate, w1 = up, y receives silu(gate) * up.

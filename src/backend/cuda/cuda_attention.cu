@@ -5,9 +5,7 @@
  *                  keys (at least AD_MIN_CHUNK: the number of splits at work follows the context at run
  *                  time), 16-byte K/V loads by groups of head_dim / 8 lanes (one key per group), scores in
  *                  shared memory, online softmax over sub-chunks; the last block of (row, group) combines
- *                  the partials with all its threads. With attn_args.post it also does k_qkv_post's work
- *                  for the step's rows (one launch less a layer): q biased, normalized and rotated as it is
- *                  loaded, the new key and value where they are read, their append by one block
+ *                  the partials with all its threads
  *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
  * and their launchers. MG: query heads per block at most (AD_HEADS_PER_BLOCK; fewer where G is smaller);
  * VEC: head_dim % 8 == 0.
@@ -59,57 +57,6 @@ static __device__ __forceinline__ void load8(const __half *row, int li, int hd, 
     } else {
 #pragma unroll
         for (int e = 0; e < 8; e++) f[e] = 8 * li + e < hd ? __half2float(row[8 * li + e]) : 0.0f;
-    }
-}
-
-/* Lane li's values 8 li .. 8 li + 7 of head `head` (the q heads, then k, then v) of a q|k|v row after
- * k_qkv_post's work: + bias, RMSNorm where the head is q or k and the block has the weight, RoPE of q and k. The
- * head's other values are in the other lanes of li's aligned group of L lanes (a power of two, 8 L >= head_dim;
- * all of them call this). The arithmetic is k_qkv_post's but for the order of the sum of squares. */
-static __device__ void post_head8(const qkv_post_args &p, const float *row, int head, int li, int L, int pos, float f[8]) {
-    const int hd = p.head_dim, nqh = p.nq / hd, nkh = p.nk / hd, lane = threadIdx.x & 31;
-    const unsigned mask = L == 32 ? 0xFFFFFFFFu : ((1u << L) - 1) << (lane & ~(L - 1));
-    const float *x = row + (long long)head * hd, *bias = p.bias ? p.bias + (long long)head * hd : NULL;
-    const float *w = head < nqh ? p.q_norm : head < nqh + nkh ? p.k_norm : NULL;
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const int d = 8 * li + e;
-        f[e] = d < hd ? (bias ? __ldcg(x + d) + __ldg(bias + d) : __ldcg(x + d)) : 0.0f;
-        ss += f[e] * f[e];
-    }
-    if (w) {
-        for (int o = L >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(mask, ss, o);
-        const float sc = 1.0f / sqrtf(ss / (float)hd + p.eps);
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (8 * li + e < hd) f[e] = f[e] * sc * __ldg(w + 8 * li + e);
-    }
-    if (head >= nqh + nkh) return;
-    const int half = p.n_rot / 2;
-    if (p.neox) { /* pairs (j, j + half): half / 8 lanes apart (ck_attn_post_fusable) */
-        const int dl = half / 8, src = li < dl ? li + dl : li < 2 * dl ? li - dl : li;
-        float o[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) o[e] = __shfl_sync(mask, f[e], (lane & ~(L - 1)) + src);
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int d = 8 * li + e;
-            if (d >= 2 * half) continue;
-            float sn, cs;
-            sincosf((float)pos * p.rope_freq[d < half ? d : d - half], &sn, &cs);
-            f[e] = d < half ? f[e] * cs - o[e] * sn : o[e] * sn + f[e] * cs;
-        }
-    } else { /* pairs (2j, 2j + 1): in one lane */
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-            const int j = (8 * li + e) >> 1;
-            if (j >= half) continue;
-            float sn, cs;
-            sincosf((float)pos * p.rope_freq[j], &sn, &cs);
-            const float x0 = f[e], x1 = f[e + 1];
-            f[e] = x0 * cs - x1 * sn, f[e + 1] = x0 * sn + x1 * cs;
-        }
     }
 }
 
@@ -186,50 +133,14 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     const __half *vbase = a.v_cache + seq * a.seq_stride + kvh * hd;
 
     float q[MG][8], acc[MG][8];
-    /* with the post-matmul work: q from the raw row, and in the split holding the row's new key (kpos) its K and
-     * V as the cache will hold them (half), appended by the KV head's first block there */
-    const bool post = a.post.qkv != NULL;
-    const int kpos = post && k1 == n_keys ? pos : -1;
-    __shared__ float knew[256], vnew[256];
-    if (post) {
-        const float *row = a.post.qkv + (long long)r * a.post.stride;
-        const int nqh = a.n_head, nkh = a.n_head_kv;
-#pragma unroll
-        for (int g = 0; g < MG; g++) {
-            if (g < Gb) post_head8(a.post, row, h0 + g, li, L, pos, q[g]);
-#pragma unroll
-            for (int e = 0; e < 8; e++) q[g][e] = g < Gb ? q[g][e] * a.scale : 0.0f;
-        }
-        if (kpos >= 0) {
-            if (tid < L) {
-                float kf[8], vf[8];
-                post_head8(a.post, row, nqh + kvh, li, L, pos, kf);
-                post_head8(a.post, row, nqh + nkh + kvh, li, L, pos, vf);
-                const long long at = seq * a.post.seq_stride + (long long)pos * a.post.kv_dim + kvh * hd;
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const int d = 8 * li + e;
-                    if (d >= hd) continue;
-                    const __half kh = __float2half(kf[e]), vh = __float2half(vf[e]);
-                    knew[d] = __half2float(kh), vnew[d] = __half2float(vh);
-                    if (sub == 0) a.post.k_cache[at + d] = kh, a.post.v_cache[at + d] = vh;
-                }
-            }
-            __syncthreads();
-        }
-    } else {
-#pragma unroll
-        for (int g = 0; g < MG; g++)
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int d = 8 * li + e;
-                q[g][e] = g < Gb && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (h0 + g) * hd + d) * a.scale : 0.0f;
-            }
-    }
 #pragma unroll
     for (int g = 0; g < MG; g++)
 #pragma unroll
-        for (int e = 0; e < 8; e++) acc[g][e] = 0.0f;
+        for (int e = 0; e < 8; e++) {
+            const int d = 8 * li + e;
+            q[g][e] = g < Gb && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (h0 + g) * hd + d) * a.scale : 0.0f;
+            acc[g][e] = 0.0f;
+        }
     if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
 
     for (int kb = k0; kb < k1; kb += AD_SUB) {
@@ -241,9 +152,6 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
             const bool ok = kk < n;
             float kf[8];
             load8<VEC>(kbase + (long long)(kb + (ok ? kk : 0)) * a.kv_dim, li, hd, kf);
-            if (kb + kk == kpos)
-#pragma unroll
-                for (int e = 0; e < 8; e++) kf[e] = 8 * li + e < hd ? knew[8 * li + e] : 0.0f;
             float s[MG];
 #pragma unroll
             for (int g = 0; g < MG; g++) {
@@ -291,9 +199,6 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
             const bool ok = kk < n;
             float vf[8];
             load8<VEC>(vbase + (long long)(kb + (ok ? kk : 0)) * a.kv_dim, li, hd, vf);
-            if (kb + kk == kpos)
-#pragma unroll
-                for (int e = 0; e < 8; e++) vf[e] = 8 * li + e < hd ? vnew[8 * li + e] : 0.0f;
 #pragma unroll
             for (int g = 0; g < MG; g++) {
                 const float p = ok && g < Gb ? sc[g][kk] : 0.0f;
@@ -501,11 +406,6 @@ int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {
 
 void ck_attention(const attn_args &a, int n_tok, cudaStream_t st) {
     launch(k_attention, dim3(1, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
-}
-
-bool ck_attn_post_fusable(const qkv_post_args &a) {
-    return a.head_dim % 8 == 0 && a.head_dim <= 256 && a.n_rot <= a.head_dim && a.n_rot % 2 == 0 &&
-           (!a.neox || a.n_rot % 16 == 0);
 }
 
 void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st) {

@@ -112,7 +112,6 @@ typedef struct cuda_state {
     int E, Q, KV, F, V, NQKV, Epad, Qpad, Fpad;
     long long seq_stride;  /* halves between two sequences' caches: n_layer * n_ctx * KV */
     bool qkv_post;      /* biases, Q/K norm or NEOX RoPE: Q/K/V go through ck_qkv_post after their matmul */
-    bool attn_post;     /* qkv_post, and the decode attention does that work itself (ck_attn_post_fusable) */
     /* scratch */
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
@@ -534,7 +533,7 @@ static qkv_post_args qkv_post(const cuda_state *s, int il, int r0, int pos0, boo
 }
 
 /* Attention of the R rows of a decode step (bucket b) over their sequences' caches: into attn_f (float, for
- * the matvecs) or atth (half, for the GEMMs); with attn_post, from the raw q|k|v rows (it does qkv_post's work). */
+ * the matvecs) or atth (half, for the GEMMs). */
 static attn_args step_attn(const cuda_state *s, int il, int b) {
     const kiln_hparams *hp = &s->m->hp;
     const size_t kv_off = kv_offset(s, 0, il);
@@ -554,7 +553,6 @@ static attn_args step_attn(const cuda_state *s, int il, int b) {
     if (s->bucket[b] <= s->mv_rows) at.out_f = s->attn_f;
     else at.out = s->atth, at.out_stride = s->Qpad;
     at.scale = 1.0f / sqrtf((float)hp->head_dim);
-    if (s->attn_post) at.post = qkv_post(s, il, 0, 0, true);
     return at;
 }
 
@@ -603,7 +601,7 @@ static void launch_decode(cuda_state *s, int b) {
             launch_mv(s, dec_qkv(s, il, L->wk, s->Q, R));
             launch_mv(s, dec_qkv(s, il, L->wv, s->Q + s->KV, R));
         }
-        if (s->qkv_post && !s->attn_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
+        if (s->qkv_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
         ck_attn_decode(step_attn(s, il, b), R, st);
         launch_mv(s, dec_residual(s, L->wo, s->attn_f, R));
         if (L->moe.n_expert) { /* routing and experts on the device (cuda_moe.cu) */
@@ -703,7 +701,7 @@ static void launch_step(cuda_state *s, int b) {
         const cu_layer *L = &s->layers[il];
         qkv_rows(s, L, R);
         if (s->qkv_post) {
-            if (!s->attn_post) ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
+            ck_qkv_post(qkv_post(s, il, 0, 0, true), R, st);
         } else {
             const size_t kv_off = kv_offset(s, 0, il);
             ck_rope_store(s->qkv, s->NQKV, R, 0, step_pos(s), step_seq(s), s->seq_stride, s->Q, s->KV, hp->head_dim,
@@ -954,10 +952,6 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
         const kiln_hparams *hp = &m->hp;
         s->E = hp->n_embd, s->Q = hp->n_head * hp->head_dim, s->KV = hp->n_head_kv * hp->head_dim, s->F = hp->n_ff;
         s->qkv_post = hp->rope_neox || hp->has_qkv_bias || hp->has_qk_norm;
-        qkv_post_args pa;
-        memset(&pa, 0, sizeof pa);
-        pa.head_dim = hp->head_dim, pa.n_rot = hp->n_rot, pa.neox = hp->rope_neox;
-        s->attn_post = s->qkv_post && ck_attn_post_fusable(pa);
         s->V = hp->n_vocab, s->NQKV = s->Q + 2 * s->KV;
         s->Epad = (int)align_up((size_t)s->E, 32), s->Qpad = (int)align_up((size_t)s->Q, 32);
         s->Fpad = (int)align_up((size_t)s->F, 32);

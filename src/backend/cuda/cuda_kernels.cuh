@@ -139,26 +139,6 @@ struct mv_args {
  * writes its output directly); block (split, kvh, r) attends over its chunk, writes a partial, and the last
  * block of (r, kvh) to finish combines the used splits' partials with all its threads. Output: out (half, out_stride per row) when set, else out_f (float,
  * n_head * head_dim per row). */
-/* The post-matmul work on Q/K/V rows (ck_qkv_post; in a decode step, k_attn_decode's when attn_args.post.qkv is
- * set): + bias, per-head RMSNorm of q and k, RoPE, the K/V append. */
-typedef struct qkv_post_args {
-    float *qkv;
-    int stride;                    /* floats between the rows of q|k|v */
-    int pos0;                      /* position of row 0 (rows follow), unless pos_dev */
-    const int *pos_dev;            /* row t at pos_dev[t] of sequence seq_dev[t] (a decode step reads them from
-                                    * device memory; position < 0: a padding row, nothing appended) */
-    const int *seq_dev;
-    long long seq_stride;          /* halves between two sequences' caches */
-    int nq, nk, head_dim, n_rot;
-    bool neox;                     /* pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
-    const float *bias;             /* nq + 2 nk floats, or NULL */
-    const float *q_norm, *k_norm;  /* head_dim floats each, or NULL */
-    float eps;
-    const float *rope_freq;
-    __half *k_cache, *v_cache;
-    int kv_dim;
-} qkv_post_args;
-
 struct attn_args {
     const float *q;             /* (rows, q_stride) */
     int q_stride;
@@ -175,14 +155,7 @@ struct attn_args {
     __half *out;
     int out_stride;
     float scale;
-    qkv_post_args post;         /* decode: with post.qkv set (rows and positions as row_pos / row_seq give them), the
-                                 * kernel does ck_qkv_post's work itself: q from post.qkv (q is then unused), the row's
-                                 * new K/V computed where it is needed and appended by one block per KV head
-                                 * (ck_attn_post_fusable says when it can) */
 };
-/* Whether k_attn_decode can do the post-matmul work of a (head_dim a multiple of 8, at most 256; NEOX: n_rot a
- * multiple of 16, so that a pair's values lie 8-value pieces apart). */
-bool ck_attn_post_fusable(const qkv_post_args &a);
 #define CK_ATT_MAX_SPLIT 128
 
 /* Splits of a decode attention over n_rows rows (the grid): enough blocks for two per SM, at most 32 and no
@@ -248,6 +221,23 @@ void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_d
                    __half *k_cache, __half *v_cache, int kv_dim, cudaStream_t st);
 /* The Q/K/V rows after their matmul when the blocks ask for more than RoPE (biases, per-head RMSNorm of q and
  * k, NEOX RoPE): in this order, as the CPU backend does, then q stays in place and k, v go to the cache. */
+typedef struct qkv_post_args {
+    float *qkv;
+    int stride;                    /* floats between the rows of q|k|v */
+    int pos0;                      /* position of row 0 (rows follow), unless pos_dev */
+    const int *pos_dev;            /* row t at pos_dev[t] of sequence seq_dev[t] (a decode step reads them from
+                                    * device memory; position < 0: a padding row, nothing appended) */
+    const int *seq_dev;
+    long long seq_stride;          /* halves between two sequences' caches */
+    int nq, nk, head_dim, n_rot;
+    bool neox;                     /* pairs (i, i + n_rot/2) instead of (2i, 2i + 1) */
+    const float *bias;             /* nq + 2 nk floats, or NULL */
+    const float *q_norm, *k_norm;  /* head_dim floats each, or NULL */
+    float eps;
+    const float *rope_freq;
+    __half *k_cache, *v_cache;
+    int kv_dim;
+} qkv_post_args;
 void ck_qkv_post(const qkv_post_args &a, int n_tok, cudaStream_t st);
 void ck_swiglu_rows(const float *g, const float *u, int n, int n_tok, __half *out, int out_stride, cudaStream_t st);
 void ck_swiglu_vec(const float *g, const float *u, int n, float *out, cudaStream_t st);

@@ -260,7 +260,7 @@ extern "C" kiln_status kiln_cuda_test_attention(const float *q, const float *k, 
 extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float *k, const float *v, int n_head,
                                                      int n_head_kv, int head_dim, int n_ctx, int n_rows,
                                                      const int *seq, const int *pos, int n_split, bool half_out,
-                                                     float *out, const kiln_cuda_attn_post *post, float *kv_new) {
+                                                     float *out) {
     if (n_head % n_head_kv || n_head / n_head_kv > CK_ATT_MAX_G || head_dim > 256 || head_dim % 2 || n_rows < 1 ||
         n_split < 0 || n_split > CK_ATT_MAX_SPLIT)
         return kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: unsupported attention shape");
@@ -273,8 +273,7 @@ extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float
     kiln_status st = tb_init(&b);
     const int Q = n_head * head_dim, KV = n_head_kv * head_dim;
     const size_t nkv = (size_t)n_seqs * n_ctx * KV;
-    const size_t n_oh = (size_t)n_rows * Q > (size_t)2 * KV ? (size_t)n_rows * Q : (size_t)2 * KV; /* out or K|V */
-    uint16_t *kh = (uint16_t *)kiln_malloc(nkv * 2 * 2 + n_oh * 2);
+    uint16_t *kh = (uint16_t *)kiln_malloc(nkv * 2 * 2 + (size_t)n_rows * Q * 2);
     int *rows = (int *)kiln_malloc((size_t)n_rows * 2 * sizeof(int));
     if (st == KILN_OK && (!kh || !rows)) st = kiln_fail(KILN_ERR_NOMEM, "cuda test: out of memory");
     if (st == KILN_OK) {
@@ -300,42 +299,15 @@ extern "C" kiln_status kiln_cuda_test_attention_rows(const float *q, const float
         void *dy = tb_alloc(&b, (size_t)n_rows * Q * 4, NULL);
         if (half_out) at.out = (__half *)dy, at.out_stride = Q;
         else at.out_f = (float *)dy;
-        if (post) {
-            qkv_post_args &p = at.post;
-            const int NQKV = Q + 2 * KV;
-            p.qkv = (float *)tb_alloc(&b, (size_t)n_rows * NQKV * 4, post->qkv);
-            p.stride = NQKV, p.pos_dev = at.row_pos, p.seq_dev = at.row_seq, p.seq_stride = at.seq_stride;
-            p.nq = Q, p.nk = KV, p.head_dim = head_dim, p.n_rot = post->n_rot, p.neox = post->neox, p.eps = post->eps;
-            p.bias = post->bias ? (const float *)tb_alloc(&b, (size_t)NQKV * 4, post->bias) : NULL;
-            p.q_norm = post->q_norm ? (const float *)tb_alloc(&b, (size_t)head_dim * 4, post->q_norm) : NULL;
-            p.k_norm = post->k_norm ? (const float *)tb_alloc(&b, (size_t)head_dim * 4, post->k_norm) : NULL;
-            p.rope_freq = (const float *)tb_alloc(&b, (size_t)(post->n_rot / 2 + 1) * 4, post->rope_freq);
-            p.k_cache = (__half *)at.k_cache, p.v_cache = (__half *)at.v_cache, p.kv_dim = KV;
-            if (!ck_attn_post_fusable(p) || !p.qkv || !p.rope_freq)
-                st = kiln_fail(KILN_ERR_INVALID_ARG, "cuda test: the attention cannot do this post-matmul work");
-        }
         /* twice, the output made NaN between: the counters must be back at zero after a launch */
-        if (st == KILN_OK) {
-            ck_attn_decode(at, n_rows, b.st);
-            cudaMemsetAsync(dy, 0xFF, (size_t)n_rows * Q * 4, b.st);
-            if (post) { /* the caches as given (junk where the rows append), so that no block may read those */
-                cudaMemcpyAsync((void *)at.k_cache, kh, nkv * 2, cudaMemcpyHostToDevice, b.st);
-                cudaMemcpyAsync((void *)at.v_cache, kh + nkv, nkv * 2, cudaMemcpyHostToDevice, b.st);
-            }
-            ck_attn_decode(at, n_rows, b.st);
-        }
-        for (int r = 0; kv_new && st == KILN_OK && r < n_rows; r++) {
-            if (pos[r] < 0) continue;
-            const size_t at_r = (size_t)seq[r] * n_ctx * KV + (size_t)pos[r] * KV;
-            st = tb_finish(&b, oh, at.k_cache + at_r, (size_t)KV * 2);
-            if (st == KILN_OK) st = tb_finish(&b, oh + KV, at.v_cache + at_r, (size_t)KV * 2);
-            for (int i = 0; st == KILN_OK && i < 2 * KV; i++) kv_new[(size_t)r * 2 * KV + i] = kiln_f16_to_f32(oh[i]);
-        }
-        if (st == KILN_OK && half_out) {
+        ck_attn_decode(at, n_rows, b.st);
+        cudaMemsetAsync(dy, 0xFF, (size_t)n_rows * Q * 4, b.st);
+        ck_attn_decode(at, n_rows, b.st);
+        if (half_out) {
             st = tb_finish(&b, oh, dy, (size_t)n_rows * Q * 2);
             if (st == KILN_OK)
                 for (size_t i = 0; i < (size_t)n_rows * Q; i++) out[i] = kiln_f16_to_f32(oh[i]);
-        } else if (st == KILN_OK) {
+        } else {
             st = tb_finish(&b, out, dy, (size_t)n_rows * Q * 4);
         }
     }
