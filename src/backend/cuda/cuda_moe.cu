@@ -10,8 +10,8 @@
  *                     found from the id in device memory; for the types ck_q8_input names, xn's 8-bit blocks
  *                     (quantized once by the route kernel) dotted with dp4a, as the dense decode matvec does;
  *                     for a block-quantized down matrix the block's 8 values of h also as 8-bit levels
- *   k_moe_down<T>     one warp per output row: sum over the chosen slots of weight * (down row . h), added to
- *                     the residual; h's 8-bit levels dotted with dp4a where gate_up wrote them
+ *   k_moe_down<T>     MOE_DOWN_SPLIT warps per output row: sum over the chosen slots of weight * (down row . h),
+ *                     added to the residual; h's 8-bit levels dotted with dp4a where gate_up wrote them
  * the grouped path (after the same route):
  *   k_moe_group       one block: the (row, slot) entries sorted by expert (stable), offsets, list, positions
  *   k_moe_gemm<T>     gemm_tile (cuda_gemm.cuh) over expert blockIdx.z's entries: gate and up, or down
@@ -45,6 +45,10 @@ static_assert(16 % MOE_WARPS == 0, "a gate_up block's rows lie in one slot's F p
 template <int T> static __host__ __device__ constexpr int moe_gate_up_units() {
     return T == CK_Q6_K ? 1 : mv_units<T>() < 2 ? mv_units<T>() : 2;
 }
+/* The down kernel's warps per output row (each over 1 / MOE_DOWN_SPLIT of the chosen slots' units) and output
+ * rows per block. */
+#define MOE_DOWN_SPLIT 2
+#define MOE_DOWN_ROWS (MOE_WARPS / MOE_DOWN_SPLIT)
 /* ggml clamps the sum of the chosen weights to the smallest normal F16 before dividing by it */
 #define MOE_MIN_WEIGHT_SUM 6.103515625e-5f
 
@@ -112,15 +116,15 @@ static __device__ __forceinline__ float unit_dot_q8(const raw16<T> &r, int k0, c
     return fmaf(s * ds.x, (float)dot16_q8(w, xq), ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
 }
 
-/* The same against 8-bit input unit t with a (d, s) pair per 8 values (levels at xs, 16 a unit; the unit's two
- * pairs as one float4 at xs + 4 * n_units): the two halves' integer sums scaled apart. */
+/* The same against 8-bit input unit t with a (d, s) pair per 8 values (levels at xs, 16 bytes a unit; the unit's
+ * two pairs as one float4, sd units of 16 bytes after its levels): the two halves' integer sums scaled apart. */
 template <int T>
-static __device__ __forceinline__ float unit_dot_q8_8(const raw16<T> &r, int k0, const float *xs, int n_units, int t) {
+static __device__ __forceinline__ float unit_dot_q8_8(const raw16<T> &r, int k0, const float *xs, int sd, int t) {
     uint32_t w[4];
     float s, b;
     convert16_q8<T>(r, k0, w, s, b);
     const int4 xq = ((const int4 *)xs)[t];
-    const float4 ds = ((const float4 *)xs)[n_units + t];
+    const float4 ds = ((const float4 *)xs)[sd + t];
     const int ia = __dp4a((int)w[1], xq.y, __dp4a((int)w[0], xq.x, 0));
     const int ib = __dp4a((int)w[3], xq.w, __dp4a((int)w[2], xq.z, 0));
     const float c = s * fmaf(ds.x, (float)ia, ds.z * (float)ib);
@@ -144,7 +148,7 @@ static __device__ __forceinline__ float unit_dot_float(const raw16<T> &r, int k0
 }
 
 /* This lane's share of dot products against the input staged in xs as IN says (MOE_IN_Q8 / MOE_IN_Q8_8: as
- * unit_dot_q8 / unit_dot_q8_8 read it; MOE_IN_FLOAT: transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
+ * unit_dot_q8 / unit_dot_q8_8 read it, nup being the latter's sd; MOE_IN_FLOAT: transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
  * (and, DUAL, of the same row of w1), its product scaled by wt, as map(t, row, uw, wt) says. UN units of each
  * matrix in flight per lane, every load unconditional (t clamped to a valid unit, the result dropped). acc0 /
  * acc1 are added to, not reduced. */
@@ -173,7 +177,7 @@ static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev
                 c0 = unit_dot_q8<T>(ra[k], 16 * uw[k], xs, n_units, tc);
                 if constexpr (DUAL) c1 = unit_dot_q8<T>(rb[k], 16 * uw[k], xs, n_units, tc);
             } else if constexpr (IN == MOE_IN_Q8_8) {
-                c0 = unit_dot_q8_8<T>(ra[k], 16 * uw[k], xs, n_units, tc);
+                c0 = unit_dot_q8_8<T>(ra[k], 16 * uw[k], xs, nup, tc);
             } else {
                 c0 = unit_dot_float<T>(ra[k], 16 * uw[k], xs + tc, nup);
                 if constexpr (DUAL) c1 = unit_dot_float<T>(rb[k], 16 * uw[k], xs + tc, nup);
@@ -354,20 +358,22 @@ __global__ void __launch_bounds__(MOE_THREADS, 4) k_moe_gate_up(const __grid_con
     }
 }
 
-/* Grid (ceil(E / MOE_WARPS), rows): warp c computes output row c over the k chosen slots (each slot's hidden
- * values a segment of F padded to whole units) and adds it to the residual. h: 8-bit levels where gate_up wrote
- * them (a.hq), else floats. */
+/* Grid (ceil(E / MOE_DOWN_ROWS), rows): output row c by MOE_DOWN_SPLIT warps, each over its share of the units of
+ * the k chosen slots (each slot's hidden values a segment of F padded to whole units), their sums added in order
+ * and to the residual. h: 8-bit levels where gate_up wrote them (a.hq), else floats. */
 template <int T>
 __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant__ moe_args a) {
     extern __shared__ float xs[];
     __shared__ int sid[MOE_MAX_USED];
     __shared__ float swt[MOE_MAX_USED];
+    __shared__ float part[MOE_WARPS];
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fp = (F + 15) & ~15, nue = fp >> 4, nu = K * nue, nup = nu | 1;
-    const int c0 = min(blockIdx.x * MOE_WARPS + warp, E - 1);
-    for (int j = lane; j < K; j += 32) /* this warp's rows of the chosen experts into L2 while h is staged */
-        prefetch_rows(a.w0, a.w0, min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1) * E + c0, -1, 0, 1);
+    const int share = warp % MOE_DOWN_SPLIT, c = blockIdx.x * MOE_DOWN_ROWS + warp / MOE_DOWN_SPLIT, cc = min(c, E - 1);
+    const int t0 = nu * share / MOE_DOWN_SPLIT, t1 = nu * (share + 1) / MOE_DOWN_SPLIT; /* this warp's units */
+    for (int j = t0 / nue + lane; j <= (t1 - 1) / nue; j += 32) /* its rows of those experts into L2 meanwhile */
+        prefetch_rows(a.w0, a.w0, min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1) * E + cc, -1, 0, 1);
     constexpr bool Q8 = moe_q8_hidden(T); /* the host sets a.hq exactly for these types */
     if constexpr (Q8) { /* levels: nu units of 16 bytes; pairs: 2 a unit, one float4 */
         const int4 *q = (const int4 *)(a.hq + (long long)row * K * fp);
@@ -388,17 +394,19 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
         swt[j] = __ldcg(a.wts + (long long)row * K + j);
     }
     __syncthreads();
-    const int c = blockIdx.x * MOE_WARPS + warp;
-    if (c >= E) return;
     float acc = 0.0f, none = 0.0f;
-    units_dot<T, false, Q8 ? MOE_IN_Q8_8 : MOE_IN_FLOAT>(a.w0, a.w0, xs, nup, nu, lane,
-                                                         [&](int t, int &rr, int &uw, float &wt) {
-                                                             const int j = t / nue;
-                                                             rr = sid[j] * E + c, uw = t - j * nue, wt = swt[j];
-                                                         },
-                                                         acc, none);
+    auto map = [&](int t, int &rr, int &uw, float &wt) {
+        const int u = t0 + t, j = u / nue;
+        rr = sid[j] * E + cc, uw = u - j * nue, wt = swt[j];
+    };
+    if constexpr (Q8) units_dot<T, false, MOE_IN_Q8_8>(a.w0, a.w0, xs + 4 * t0, nu, t1 - t0, lane, map, acc, none);
+    else units_dot<T, false, MOE_IN_FLOAT>(a.w0, a.w0, xs + t0, nup, t1 - t0, lane, map, acc, none);
     acc = warp_sum(acc);
-    if (lane == 0) a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
+    if (lane == 0) part[warp] = acc;
+    __syncthreads();
+    if (share != 0 || lane != 0 || c >= E) return;
+    for (int i = 1; i < MOE_DOWN_SPLIT; i++) acc += part[warp + i];
+    a.xres[(long long)row * E + c] = __ldcg(a.xres + (long long)row * E + c) + acc;
 }
 
 /* ------------------------------------------------------------------ the grouped path */
@@ -639,7 +647,7 @@ static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_e
     MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3(L.n_used * fp / MOE_WARPS, R), dim3(MOE_THREADS), smem_in(n_embd), st,
                  pdl, a)
     a.w0 = L.down, a.w1 = dev_weight{};
-    MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_WARPS - 1) / MOE_WARPS, R), dim3(MOE_THREADS),
+    MOE_DISPATCH(L.down.type, k_moe_down, dim3((n_embd + MOE_DOWN_ROWS - 1) / MOE_DOWN_ROWS, R), dim3(MOE_THREADS),
                  smem_down(L.n_used, L.n_ff), st, pdl, a)
 }
 
