@@ -398,7 +398,7 @@ static int attn_groups(int n_head, int n_head_kv) {
 
 int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {
     const int blocks = n_rows * attn_groups(n_head, n_head_kv);
-    int s = (2 * n_sm + blocks - 1) / blocks;
+    int s = (4 * n_sm + blocks - 1) / blocks;
     if (s > AD_MAX_SPLIT) s = AD_MAX_SPLIT;
     if (s > (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK) s = (n_ctx + AD_MIN_CHUNK - 1) / AD_MIN_CHUNK; /* never used */
     return s < 1 ? 1 : s;

@@ -220,8 +220,11 @@ static __device__ void route_row(const moe_args &a, int row, int lane) {
     unsigned key[PL];
 #pragma unroll
     for (int i = 0; i < PL; i++) key[i] = lane + 32 * i < X ? __float_as_uint(p[i]) + 1u : 0u;
-    int *ids = a.ids + (long long)row * K;
-    float *w = a.wts + (long long)row * K;
+    /* choice j is kept by lane j % 32 (K <= 64), and the sum of the chosen weights (in the order of the choice)
+     * by every lane, so that the renormalization and the stores happen in parallel */
+    int id0 = 0, id1 = 0;
+    float w0 = 0.0f, w1 = 0.0f;
+    double acc = 0.0;
     for (int j = 0; j < K; j++) {
         unsigned bk = 0;
 #pragma unroll
@@ -235,14 +238,17 @@ static __device__ void route_row(const moe_args &a, int row, int lane) {
 #pragma unroll
         for (int i = 0; i < PL; i++)
             if (lane + 32 * i == bi) key[i] = 0; /* taken */
-        if (lane == 0) ids[j] = bi, w[j] = __uint_as_float(bk - 1u);
+        const float wv = __uint_as_float(bk - 1u);
+        acc += wv;
+        if (j == lane) id0 = bi, w0 = wv;
+        else if (j == lane + 32) id1 = bi, w1 = wv;
     }
-    if (!a.norm_topk || lane != 0) return;
-    double acc = 0.0;
-    for (int j = 0; j < K; j++) acc += w[j];
     float s = (float)acc;
     if (s < MOE_MIN_WEIGHT_SUM) s = MOE_MIN_WEIGHT_SUM;
-    for (int j = 0; j < K; j++) w[j] /= s;
+    int *ids = a.ids + (long long)row * K;
+    float *w = a.wts + (long long)row * K;
+    if (lane < K) ids[lane] = id0, w[lane] = a.norm_topk ? w0 / s : w0;
+    if (lane + 32 < K) ids[lane + 32] = id1, w[lane + 32] = a.norm_topk ? w1 / s : w1;
 }
 
 /* Grid (ceil(n_expert / MOE_WARPS), rows): RMSNorm of the row into shared memory (the row's blocks also store
