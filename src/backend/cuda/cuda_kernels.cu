@@ -163,26 +163,49 @@ __global__ void k_rope_store(float *qkv, int stride, int pos0, const int *pos_de
 /* Grid (ceil(heads / QP_WARPS), rows), heads = the q, k and v heads of a row in that order: warp h takes head h
  * of row blockIdx.y: + bias, RMSNorm of the head (q and k, where the block has the weight), RoPE per pair (q and
  * k), then the K or V append (ck_qkv_post). The head goes through the warp's shared row, so that a pair's two
- * values are both the normalized ones. */
+ * values are both the normalized ones. What does not depend on the kernel before happens before waiting for it:
+ * the position (a decode step's positions are copied from the host before its first kernel), the head's bias and
+ * norm weights, the sines and cosines of its pairs; then the head's values, all loads in flight together. */
 __global__ void __launch_bounds__(32 * QP_WARPS) k_qkv_post(qkv_post_args a) {
-    __shared__ float hs[QP_WARPS][256]; /* head_dim <= 256 (cuda_open checks) */
-    pdl_wait_then_trigger();
+    constexpr int PER = 256 / 32; /* values of a head a lane holds at most (head_dim <= 256: cuda_open checks) */
+    __shared__ float hs[QP_WARPS][256];
     const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hd = a.head_dim;
     const int h = blockIdx.x * QP_WARPS + warp, nqh = a.nq / hd, nkh = a.nk / hd;
     if (h >= nqh + 2 * nkh) return;
-    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
-    const long long so = a.seq_dev && pos >= 0 ? (long long)a.seq_dev[t] * a.seq_stride : 0;
-    float *x = a.qkv + (long long)t * a.stride + h * hd, *xs = hs[warp];
+    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t, half = a.n_rot / 2;
     const float *bias = a.bias ? a.bias + h * hd : NULL;
     const float *w = h < nqh ? a.q_norm : h < nqh + nkh ? a.k_norm : NULL;
-    float ss = 0.0f;
-    for (int i = lane; i < hd; i += 32) {
-        const float v = bias ? x[i] + bias[i] : x[i];
+    float bv[PER], wv[PER], sn[PER / 2], cs[PER / 2];
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = lane + 32 * k;
+        bv[k] = bias && i < hd ? bias[i] : 0.0f;
+        wv[k] = w && i < hd ? w[i] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < PER / 2; k++) { /* pair j = lane + 32 k */
+        const int j = lane + 32 * k;
+        sn[k] = 0.0f, cs[k] = 1.0f;
+        if (j < hd / 2 && j < half && h < nqh + nkh) sincosf((float)pos * a.rope_freq[j], &sn[k], &cs[k]);
+    }
+    pdl_wait_then_trigger();
+    const long long so = a.seq_dev && pos >= 0 ? (long long)a.seq_dev[t] * a.seq_stride : 0;
+    float *x = a.qkv + (long long)t * a.stride + h * hd, *xs = hs[warp];
+    float xv[PER], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; k++) xv[k] = lane + 32 * k < hd ? x[lane + 32 * k] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int i = lane + 32 * k;
+        if (i >= hd) break;
+        const float v = bias ? xv[k] + bv[k] : xv[k];
         xs[i] = v, ss += v * v;
     }
     if (w) {
         const float sc = 1.0f / sqrtf(warp_sum(ss) / (float)hd + a.eps);
-        for (int i = lane; i < hd; i += 32) xs[i] = xs[i] * sc * w[i];
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            if (lane + 32 * k < hd) xs[lane + 32 * k] = xs[lane + 32 * k] * sc * wv[k];
     }
     __syncwarp();
     if (h >= nqh + nkh) { /* a v head: the append (and the biased values back into the row) */
@@ -192,16 +215,16 @@ __global__ void __launch_bounds__(32 * QP_WARPS) k_qkv_post(qkv_post_args a) {
         }
         return;
     }
-    const int half = a.n_rot / 2;
     __half *k = h >= nqh && pos >= 0 ? a.k_cache + so + (long long)pos * a.kv_dim + (h - nqh) * hd : NULL;
-    for (int j = lane; j < hd / 2; j += 32) { /* pair j of the head */
+#pragma unroll
+    for (int m = 0; m < PER / 2; m++) { /* pair j of the head */
+        const int j = lane + 32 * m;
+        if (j >= hd / 2) break;
         int i0 = 2 * j, i1 = 2 * j + 1;
         if (a.neox && j < half) i0 = j, i1 = j + half;
         float x0 = xs[i0], x1 = xs[i1];
         if (j < half) {
-            float sn, cs;
-            sincosf((float)pos * a.rope_freq[j], &sn, &cs);
-            const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+            const float y0 = x0 * cs[m] - x1 * sn[m], y1 = x0 * sn[m] + x1 * cs[m];
             x0 = y0, x1 = y1;
         }
         x[i0] = x0, x[i1] = x1;

@@ -103,15 +103,22 @@ enum { MOE_IN_FLOAT, MOE_IN_Q8, MOE_IN_Q8_8 };
 /* Block-quantized types: the down kernel takes h as 8-bit levels (every type with a bytes16 form). */
 static inline __host__ __device__ constexpr bool moe_q8_hidden(int t) { return t != CK_F32 && t != CK_F16 && t != CK_BF16; }
 
-/* The dot product of unit k0 / 16 of raw weight r with 8-bit input unit t (levels as bytes in order at xs, 16 a
- * unit; each 32-value block's (d, s) pair at xs + 4 * n_units): integer sums of bytes (dp4a), a minimum once per
- * block, with its first unit. */
+/* Unit k0 / 16 of raw weight r as signed bytes w with its scale s and minimum b (convert16_q8), and 8-bit input
+ * unit t's 16 levels (bytes in order at xs, 16 a unit). */
+template <int T>
+static __device__ __forceinline__ int4 unit_q8_operands(const raw16<T> &r, int k0, const float *xs, int t, uint32_t w[4],
+                                                        float &s, float &b) {
+    convert16_q8<T>(r, k0, w, s, b);
+    return ((const int4 *)xs)[t];
+}
+
+/* The dot product of unit k0 / 16 of raw weight r with 8-bit input unit t (each 32-value block's (d, s) pair at
+ * xs + 4 * n_units): integer sums of bytes (dp4a), a minimum once per block, with its first unit. */
 template <int T>
 static __device__ __forceinline__ float unit_dot_q8(const raw16<T> &r, int k0, const float *xs, int n_units, int t) {
     uint32_t w[4];
     float s, b;
-    convert16_q8<T>(r, k0, w, s, b);
-    const int4 xq = ((const int4 *)xs)[t];
+    const int4 xq = unit_q8_operands<T>(r, k0, xs, t, w, s, b);
     const float2 ds = ((const float2 *)(xs + 4 * n_units))[t >> 1];
     return fmaf(s * ds.x, (float)dot16_q8(w, xq), ck_has_min(T) && !(t & 1) ? b * ds.y : 0.0f);
 }
@@ -122,8 +129,7 @@ template <int T>
 static __device__ __forceinline__ float unit_dot_q8_8(const raw16<T> &r, int k0, const float *xs, int sd, int t) {
     uint32_t w[4];
     float s, b;
-    convert16_q8<T>(r, k0, w, s, b);
-    const int4 xq = ((const int4 *)xs)[t];
+    const int4 xq = unit_q8_operands<T>(r, k0, xs, t, w, s, b);
     const float4 ds = ((const float4 *)xs)[sd + t];
     const int ia = __dp4a((int)w[1], xq.y, __dp4a((int)w[0], xq.x, 0));
     const int ib = __dp4a((int)w[3], xq.w, __dp4a((int)w[2], xq.z, 0));
