@@ -154,13 +154,15 @@ static __device__ __forceinline__ float unit_dot_float(const raw16<T> &r, int k0
 }
 
 /* This lane's share of dot products against the input staged in xs as IN says (MOE_IN_Q8 / MOE_IN_Q8_8: as
- * unit_dot_q8 / unit_dot_q8_8 read it, nup being the latter's sd; MOE_IN_FLOAT: transposed with stride nup): units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0
- * (and, DUAL, of the same row of w1), its product scaled by wt, as map(t, row, uw, wt) says. UN units of each
+ * unit_dot_q8 / unit_dot_q8_8 read it, nup being the latter's sd; MOE_IN_FLOAT: transposed with stride nup):
+ * units t = lane, lane + 32, ... < n_units, unit t being unit uw of row `row` of w0 (and, DUAL, of the same row
+ * of w1; not with MOE_IN_Q8_8), its product scaled by wt, as map(t, row, uw, wt) says. UN units of each
  * matrix in flight per lane, every load unconditional (t clamped to a valid unit, the result dropped). acc0 /
  * acc1 are added to, not reduced. */
 template <int T, bool DUAL, int IN, int UN = mv_units<T>(), class Map>
 static __device__ __forceinline__ void units_dot(const dev_weight &w0, const dev_weight &w1, const float *xs, int nup,
                                                  int n_units, int lane, Map map, float &acc0, float &acc1) {
+    static_assert(!(DUAL && IN == MOE_IN_Q8_8), "h's 8-bit levels feed one matrix (down)");
     constexpr int UD = DUAL ? UN : 1;
     for (int t0 = lane; t0 < n_units; t0 += 32 * UN) {
         raw16<T> ra[UN], rb[UD];
