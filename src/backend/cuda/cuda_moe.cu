@@ -61,7 +61,8 @@ struct moe_args {
     float eps;
     int E, n_expert, k, F;
     int norm_topk;
-    float *xn, *probs, *wts, *h;
+    float *xn, *probs, *wts, *h; /* h: gate_up writes it as floats for every type (the float down's input; the
+                                  * test reads it back), and with hq as 8-bit levels too */
     int8_t *xq;           /* route -> gate_up, the per-row path of 8-bit input types: xn's levels (rows, E), or NULL */
     float *xqm;           /* their blocks' (amax, level sum) pairs (rows, E / 32) */
     int8_t *hq;           /* gate_up -> down, the per-row path of block-quantized down types: h's levels (rows, k,
@@ -86,6 +87,10 @@ static __device__ __forceinline__ void prefetch_rows(const dev_weight &w0, const
         if (r1 >= 0) prefetch_l2(w1.q + (long long)r1 * w1.row_bytes + off);
     }
 }
+
+/* A chosen slot's F hidden values padded to whole 16-value units (the padding 0): their stride in h's 8-bit
+ * levels and in the down kernel's staged input; a multiple of MOE_WARPS, so a gate_up block's rows are one slot's. */
+static inline __host__ __device__ int moe_fp(int F) { return (F + 15) & ~15; }
 
 /* Floats of xs the transposed layout of n values needs. */
 static inline __host__ __device__ int xs_floats(int n) { return 16 * (((n + 15) >> 4) | 1); }
@@ -326,7 +331,7 @@ __global__ void __launch_bounds__(MOE_THREADS, 4) k_moe_gate_up(const __grid_con
     __shared__ float hv[MOE_WARPS];
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int nu = (E + 15) >> 4, nup = nu | 1, fp = (F + 15) & ~15;
+    const int nu = (E + 15) >> 4, nup = nu | 1, fp = moe_fp(F);
     const int p = blockIdx.x * MOE_WARPS + warp, j = p / fp, r = p - j * fp;
     const bool live = r < F;
     const int e = min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1);
@@ -383,7 +388,7 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     __shared__ float part[MOE_WARPS];
     pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int fp = (F + 15) & ~15, nue = fp >> 4, nu = K * nue, nup = nu | 1;
+    const int fp = moe_fp(F), nue = fp >> 4, nu = K * nue, nup = nu | 1;
     const int share = warp % MOE_DOWN_SPLIT, c = blockIdx.x * MOE_DOWN_ROWS + warp / MOE_DOWN_SPLIT, cc = min(c, E - 1);
     const int t0 = nu * share / MOE_DOWN_SPLIT, t1 = nu * (share + 1) / MOE_DOWN_SPLIT; /* this warp's units */
     for (int j = t0 / nue + lane; j <= (t1 - 1) / nue; j += 32) /* its rows of those experts into L2 meanwhile */
@@ -589,7 +594,7 @@ void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, int group_rows, u
     s->counter = (unsigned *)carve(base, off, R * 4);
     s->xq = (int8_t *)carve(base, off, R * E);
     s->xqm = (float *)carve(base, off, R * ((E + 31) / 32) * 8);
-    const size_t FP = (F + 15) & ~(size_t)15;
+    const size_t FP = (size_t)moe_fp(d.n_ff);
     s->hq = (int8_t *)carve(base, off, R * K * FP);
     s->hqm = (float *)carve(base, off, R * K * (FP / 8) * 8);
     if (group_rows < 0) group_rows = cm_group_rows(d);
@@ -609,7 +614,7 @@ void cm_plan_scratch(moe_scratch *s, moe_dims d, int max_rows, int group_rows, u
 
 /* Dynamic shared memory of the route / gate_up kernels (input n_embd) and of the down kernel (k slots of F). */
 static size_t smem_in(int E) { return (size_t)xs_floats(E) * 4; }
-static size_t smem_down(int k, int F) { return (size_t)xs_floats(k * ((F + 15) & ~15)) * 4; }
+static size_t smem_down(int k, int F) { return (size_t)xs_floats(k * moe_fp(F)) * 4; }
 
 cudaError_t cm_setup(moe_dims d) {
     if (!d.n_expert) return cudaSuccess;
@@ -657,7 +662,7 @@ static void ffn_rows(const moe_layer &L, const moe_scratch &s, float *x, int n_e
     if (moe_q8_hidden(L.down.type)) a.hq = s.hq, a.hqm = s.hqm;
     route(L, a, n_rows, pdl, st);
     a.w0 = L.gate, a.w1 = L.up;
-    const int fp = (L.n_ff + 15) & ~15; /* a multiple of MOE_WARPS: a gate_up block's rows are one slot's */
+    const int fp = moe_fp(L.n_ff);
     MOE_DISPATCH(L.gate.type, k_moe_gate_up, dim3(L.n_used * fp / MOE_WARPS, R), dim3(MOE_THREADS), smem_in(n_embd), st,
                  pdl, a)
     a.w0 = L.down, a.w1 = dev_weight{};
