@@ -108,7 +108,6 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     __shared__ float red[AD_WARPS][MG * 256];
     __shared__ float wsm[CK_ATT_MAX_SPLIT * MG];
     __shared__ int is_last;
-    pdl_wait_then_trigger();
     const int split = blockIdx.x, gi = blockIdx.y, r = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* this block's query heads: h0 .. h0 + Gb - 1, sub-group sub of the G sharing KV head kvh */
@@ -117,20 +116,28 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
     int L = 1; /* lanes per key: head_dim / 8 rounded up to a power of two */
     while (8 * L < hd) L <<= 1;
     const int li = lane & (L - 1), kps = AD_THREADS / L, kq = tid / L;
-    /* the row's position and sequence: independent loads, both in flight at once */
+    /* the row's position and sequence (copied from the host before a step's first kernel, so read before the
+     * wait): independent loads, both in flight at once */
     const int pos = __ldcg(a.row_pos + r);
     const long long seq = __ldcg(a.row_seq + r);
+    const int n_keys = pos + 1, chunk = ad_chunk(n_keys, a.n_split, kps);
+    const int n_active = (n_keys + chunk - 1) / chunk;
+    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
+    const __half *kbase = a.k_cache + seq * a.seq_stride + kvh * hd;
+    const __half *vbase = a.v_cache + seq * a.seq_stride + kvh * hd;
+    if (pos >= 0) /* the first sub-chunk's K and V rows into L2 while the kernel before runs (the newest key's
+                   * lines too: L2 is where its append lands) */
+        for (int i = tid, nl = (hd + 63) / 64; i < 2 * nl * min(AD_SUB, k1 - k0); i += AD_THREADS) {
+            const int kk = i / (2 * nl), l = i - kk * 2 * nl; /* key k0 + kk, line l of its K row then its V row */
+            prefetch_l2((l < nl ? kbase : vbase) + (long long)(k0 + kk) * a.kv_dim + 64 * (l % nl)); /* 64 halves a line */
+        }
+    pdl_wait_then_trigger();
     if (pos < 0) { /* a padding row: zeros, nothing read */
         if (split == 0)
             for (int i = tid; i < Gb * hd; i += AD_THREADS) attn_put(a, r, h0 * hd + i, 0.0f);
         return;
     }
-    const int n_keys = pos + 1, chunk = ad_chunk(n_keys, a.n_split, kps);
-    const int n_active = (n_keys + chunk - 1) / chunk;
-    const int k0 = split * chunk, k1 = min(n_keys, k0 + chunk);
     if (k0 >= k1) return; /* an idle split (every split past the context's n_active) */
-    const __half *kbase = a.k_cache + seq * a.seq_stride + kvh * hd;
-    const __half *vbase = a.v_cache + seq * a.seq_stride + kvh * hd;
 
     float q[MG][8], acc[MG][8];
 #pragma unroll

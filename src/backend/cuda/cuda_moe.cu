@@ -386,13 +386,15 @@ __global__ void __launch_bounds__(MOE_THREADS) k_moe_down(const __grid_constant_
     __shared__ int sid[MOE_MAX_USED];
     __shared__ float swt[MOE_MAX_USED];
     __shared__ float part[MOE_WARPS];
-    pdl_wait_then_trigger();
     const int row = blockIdx.y, E = a.E, F = a.F, K = a.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int fp = moe_fp(F), nue = fp >> 4, nu = K * nue, nup = nu | 1;
     const int share = warp % MOE_DOWN_SPLIT, c = blockIdx.x * MOE_DOWN_ROWS + warp / MOE_DOWN_SPLIT, cc = min(c, E - 1);
     const int t0 = nu * share / MOE_DOWN_SPLIT, t1 = nu * (share + 1) / MOE_DOWN_SPLIT; /* this warp's units */
-    for (int j = t0 / nue + lane; j <= (t1 - 1) / nue; j += 32) /* its rows of those experts into L2 meanwhile */
+    /* its rows of those experts into L2 while gate_up runs: the ids are the route kernel's, which completed
+     * before gate_up passed its wait and let this grid launch (a stale id would only prefetch other rows) */
+    for (int j = t0 / nue + lane; j <= (t1 - 1) / nue; j += 32)
         prefetch_rows(a.w0, a.w0, min(max(__ldcg(a.ids + (long long)row * K + j), 0), a.n_expert - 1) * E + cc, -1, 0, 1);
+    pdl_wait_then_trigger();
     constexpr bool Q8 = moe_q8_hidden(T); /* the host sets a.hq exactly for these types */
     if constexpr (Q8) { /* levels: nu units of 16 bytes; pairs: 2 a unit, one float4 */
         const int4 *q = (const int4 *)(a.hq + (long long)row * K * fp);
