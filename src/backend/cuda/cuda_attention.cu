@@ -3,7 +3,8 @@
  *   k_attn_decode<MG, VEC>  decode: rows of one step, each its own sequence and length; block
  *                  (split, group of up to MG query heads of one KV head, row) over one chunk of the row's
  *                  keys (at least AD_MIN_CHUNK: the number of splits at work follows the context at run
- *                  time), 16-byte K/V loads by groups of head_dim / 8 lanes (one key per group), scores in
+ *                  time; its first sub-chunk's K/V rows prefetched into L2 before the PDL wait), 16-byte K/V
+ *                  loads by groups of head_dim / 8 lanes (one key per group), scores in
  *                  shared memory, online softmax over sub-chunks; the last block of (row, group) combines
  *                  the partials with all its threads
  *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
