@@ -349,8 +349,10 @@ TEST(cuda_gemm_matches_scalar_reference_every_type) {
     if (!gpu_ready()) return;
     uint64_t rng = 0x6E33;
     /* (in, out, rows): more than 64 rows take the wide tiles (128 rows, 64 values a k step), 288 ends in half a
-     * step, 129 rows leave the second row tile one row */
-    const int shapes[][3] = {{512, 130, 77}, {256, 64, 3}, {172, 70, 65}, {288, 96, 129}};
+     * step, 129 rows leave the second row tile one row; 17-64 rows the small tiles; up to 16 rows the few-rows
+     * kernel (32 outputs a block: 200 and 40 leave a partial block; 172 ends in a partial unit of 16 values) */
+    const int shapes[][3] = {{512, 130, 77}, {256, 64, 3}, {172, 70, 65}, {288, 96, 129}, {288, 200, 16},
+                             {1024, 130, 21}, {512, 136, 64}, {172, 40, 9}, {2048, 64, 40}};
     for (size_t t = 0; t < sizeof kernel_types / sizeof kernel_types[0]; t++) {
         const uint32_t type = kernel_types[t];
         const kiln_type_info *ti = kiln_type_get(type);

@@ -9,7 +9,7 @@
  *
  * A decode step (rows of distinct sequences): its rows (id, sequence, position; padding rows at position -1
  * up to the bucket) in one host->device copy, the bucket's graph (one row: matvecs with fused epilogues; more:
- * split-K tensor-core GEMMs over all rows; attention in one launch over all rows), the output stage
+ * tensor-core GEMMs over all rows, k_gemm_few up to 16 rows; attention in one launch over all rows), the output stage
  * (launch_outputs: logits, the argmax of every row, the device sampler of cuda_sample.cu over the rows that
  * are sampled, one copy back of each row's id), logits copied for the rows that ask.
  * Kernels are chained by programmatic dependent launch (sm_90+). Any other batch (a prefill, several rows of
@@ -116,6 +116,7 @@ typedef struct cuda_state {
     __half *kc, *vc, *xh, *atth, *hh;
     float *x, *qkv, *g, *u, *hvec, *part, *attn_f, *logits, *arg_val, *rope_freq;
     float *gwork;       /* split-K partials of the GEMMs */
+    unsigned *gtiles;   /* the few-rows GEMM's count of finished splits per column of outputs (zero between calls) */
     int *arg_idx, *arg_rows, *rows, *ids;  /* rows: ids | seqs | positions of a decode step (max_step each) */
     unsigned *counter, *att_counters;
     int max_mv_blocks;
@@ -433,6 +434,9 @@ static void plan_scratch(cuda_state *s, uint8_t *base, size_t *off) {
     s->d_sample_scratch = carve(base, off, NO * ck_sample_scratch_bytes(s->V));
     s->rope_freq = (float *)carve(base, off, (size_t)(hp->n_rot / 2 + 1) * 4);
     s->gwork = (float *)carve(base, off, gemm_work_floats(s) * 4);
+    int widest_out = s->NQKV > s->F ? s->NQKV : s->F;
+    widest_out = widest_out > s->E ? widest_out : s->E;
+    s->gtiles = (unsigned *)carve(base, off, (size_t)ck_gemm_tile_counters(widest_out) * 4);
 }
 
 /* ------------------------------------------------------------------ forward pieces */
@@ -632,7 +636,7 @@ static void launch_decode(cuda_state *s, int b) {
 static void gemm(cuda_state *s, const dev_weight &w, const __half *A, int lda, int n, float *C, int ldc, int col_off,
                  bool add) {
     const int ks = ck_gemm_splits(w, n, s->n_sm);
-    ck_gemm_split(w, A, lda, n, C, ldc, col_off, add, ks, s->gwork, s->stream);
+    ck_gemm_split(w, A, lda, n, C, ldc, col_off, add, ks, s->gwork, s->gtiles, s->stream);
 }
 
 /* RMSNorm + Q/K/V of n rows of x into s->qkv. */

@@ -4,7 +4,9 @@
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
  *   k_gemm<T, S>   prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
- *                  gemm_tile of cuda_gemm.cuh in tile shape S: small for steps of few rows, wide for prefill)
+ *                  gemm_tile of cuda_gemm.cuh in tile shape S: small for 17-64 rows, wide for more)
+ *   k_gemm_few<T>  matrix x up to 16 rows (steps of several sequences, short prefills): mma fragments
+ *                  loaded straight from the weights, split-K summed by the column's last block
  *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
  */
 #include "backend/cuda/cuda_kernels.cuh"
@@ -76,6 +78,146 @@ __global__ void __launch_bounds__(256) k_gemm_reduce(const float *work, int ks, 
     const int t = (int)(i / out), c = (int)(i - (long long)t * out);
     float *dst = C + (long long)t * ldc + col_off + c;
     *dst = add ? *dst + v : v;
+}
+
+/* ------------------------------------------------------------------ few rows: matrix x up to 64 vectors */
+
+/* D += A B on the tensor cores (mma m16n8k16, F16 in, F32 accumulate): a = this lane's four words of the 16 x 16
+ * A fragment, b its two words of the 16 x 8 B fragment, d its four accumulators (rows g and g + 8, columns 2q and
+ * 2q + 1, with g = lane / 4 and q = lane % 4). */
+static __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#define FEW_DEPTH 1 /* k steps in flight per warp */
+
+/* C (=|+=) A W^T for n_rows <= 16 rows (a decode step of several sequences, a short prefill): each weight
+ * value read once, straight from memory into the B fragments (no shared memory, no barrier per k step), with
+ * FEW_DEPTH k steps of weights and A rows in flight per warp. Block x computes outputs 32 x .. 32 x + 31
+ * (FEW_NT tiles of 8) for every row over the k steps (64 values) of split z = blockIdx.y; its warps take every
+ * FEW_WARPS-th step. Lane (g, q) holds the 16 values 16q.. of a k step (of weight row g of each tile, of A rows
+ * g and g + 8): the mma's logical k (2q, 2q+1, 2q+8, 2q+9) of product j are values 16q + 4j .. + 3, the same in
+ * A and B, so the four products sum the 64 values. The warps' sums are added in shared memory in warp order;
+ * split (gridDim.y > 1): the blocks' sums to work[z], then the last block of the column (an atomic count in
+ * tiles[x], reset by it) adds them in order of z. Deterministic, one launch. */
+template <int T>
+__global__ void __launch_bounds__(FEW_THREADS) k_gemm_few(const dev_weight w, const __half *A, int lda, int n_rows,
+                                                          float *C, int ldc, int col_off, int add, float *work,
+                                                          unsigned *tiles) {
+    constexpr int NACC = FEW_NT * 4, PER = NACC / FEW_WARPS; /* accumulators a lane; sums a thread */
+    constexpr int STRIDE = FEW_WARPS * FEW_DEPTH;            /* k steps between a warp's uses of one buffer */
+    __shared__ float red[FEW_WARPS][NACC][32];
+    __shared__ bool last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int n_base = blockIdx.x * FEW_OUT;
+    const int K = w.in, n_kt = (K + 63) / 64, ks = (int)gridDim.y, z = (int)blockIdx.y;
+    const int kt0 = (int)((long long)n_kt * z / ks), kt1 = (int)((long long)n_kt * (z + 1) / ks);
+    raw16<T> r[FEW_DEPTH][FEW_NT];
+    uint4 ar[FEW_DEPTH][4]; /* A rows g and g + 8, halves 16q.. of a step (zero past n_rows or K) */
+    auto load_w = [&](raw16<T>(&rw)[FEW_NT], int kt) {
+        const int k0 = kt * 64 + 16 * q;
+#pragma unroll
+        for (int nt = 0; nt < FEW_NT; nt++) {
+            const int row = n_base + 8 * nt + g;
+            if (row < w.out && k0 < K) load16<T>(w, row, k0, rw[nt]);
+            else rw[nt] = raw16<T>{};
+        }
+    };
+    auto load_a = [&](uint4(&a)[4], int kt) {
+        const int k0 = kt * 64 + 16 * q;
+        const __half *a0 = A + (long long)g * lda + k0, *a1 = a0 + 8LL * lda;
+        const bool in = k0 < K;
+        a[0] = in && g < n_rows ? *(const uint4 *)a0 : uint4{};
+        a[1] = in && g < n_rows ? *(const uint4 *)(a0 + 8) : uint4{};
+        a[2] = in && g + 8 < n_rows ? *(const uint4 *)a1 : uint4{};
+        a[3] = in && g + 8 < n_rows ? *(const uint4 *)(a1 + 8) : uint4{};
+    };
+    const int first = kt0 + warp;
+#pragma unroll
+    for (int d = 0; d < FEW_DEPTH; d++)
+        if (first + FEW_WARPS * d < kt1) load_w(r[d], first + FEW_WARPS * d); /* independent of the grid before */
+    pdl_wait_then_trigger();
+#pragma unroll
+    for (int d = 0; d < FEW_DEPTH; d++)
+        if (first + FEW_WARPS * d < kt1) load_a(ar[d], first + FEW_WARPS * d);
+
+    float acc[FEW_NT][4];
+#pragma unroll
+    for (int nt = 0; nt < FEW_NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    for (int kb = first; kb < kt1; kb += STRIDE) {
+#pragma unroll
+        for (int d = 0; d < FEW_DEPTH; d++) {
+            const int kt = kb + FEW_WARPS * d;
+            if (kt >= kt1) break;
+            uint32_t hb[FEW_NT][8]; /* B: values (2i, 2i+1) of this lane's 16, as half2 */
+#pragma unroll
+            for (int nt = 0; nt < FEW_NT; nt++) {
+                float v[16], s, b;
+                convert16<T>(r[d][nt], kt * 64 + 16 * q, v, s, b);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    const __half2 h = __floats2half2_rn(s * v[2 * i] + b, s * v[2 * i + 1] + b);
+                    hb[nt][i] = *(const uint32_t *)&h;
+                }
+            }
+            const uint4 a4[4] = {ar[d][0], ar[d][1], ar[d][2], ar[d][3]};
+            if (kt + STRIDE < kt1) load_w(r[d], kt + STRIDE), load_a(ar[d], kt + STRIDE);
+            const uint32_t al[8] = {a4[0].x, a4[0].y, a4[0].z, a4[0].w, a4[1].x, a4[1].y, a4[1].z, a4[1].w};
+            const uint32_t ah[8] = {a4[2].x, a4[2].y, a4[2].z, a4[2].w, a4[3].x, a4[3].y, a4[3].z, a4[3].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t a[4] = {al[2 * j], ah[2 * j], al[2 * j + 1], ah[2 * j + 1]};
+#pragma unroll
+                for (int nt = 0; nt < FEW_NT; nt++) mma_16816(acc[nt], a, hb[nt][2 * j], hb[nt][2 * j + 1]);
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < FEW_NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[warp][nt * 4 + e][lane] = acc[nt][e];
+    __syncthreads();
+
+    /* thread i sums accumulators c = i / 32 + FEW_WARPS j of lane i % 32 over the warps; accumulator c = 4 nt + e
+     * is row g + 8 (e >> 1), output n_base + 8 nt + 2q + (e & 1) */
+    float sum[PER];
+    int tt[PER], nn[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int c = warp + FEW_WARPS * j, e = c & 3, nt = c >> 2;
+        tt[j] = g + 8 * (e >> 1), nn[j] = n_base + 8 * nt + 2 * q + (e & 1);
+        sum[j] = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < FEW_WARPS; wi++) sum[j] += red[wi][c][lane];
+    }
+    if (ks > 1) {
+        const long long plane = (long long)n_rows * w.out;
+#pragma unroll
+        for (int j = 0; j < PER; j++)
+            if (tt[j] < n_rows && nn[j] < w.out) work[z * plane + (long long)tt[j] * w.out + nn[j]] = sum[j];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&tiles[blockIdx.x], 1u) == (unsigned)ks - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            sum[j] = 0.0f;
+            if (tt[j] < n_rows && nn[j] < w.out)
+                for (int zz = 0; zz < ks; zz++) sum[j] += __ldcg(work + zz * plane + (long long)tt[j] * w.out + nn[j]);
+        }
+        if (threadIdx.x == 0) tiles[blockIdx.x] = 0;
+    }
+#pragma unroll
+    for (int j = 0; j < PER; j++)
+        if (tt[j] < n_rows && nn[j] < w.out) {
+            float *dst = C + (long long)tt[j] * ldc + col_off + nn[j];
+            *dst = add ? *dst + sum[j] : sum[j];
+        }
 }
 
 /* ------------------------------------------------------------------ small pieces */
@@ -269,8 +411,9 @@ static const struct {
                     {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"},
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T, gemm_small>, "gemm<" #T ">"}, \
                       {(const void *)k_gemm<T, gemm_wide>, "gemm_wide<" #T ">"},
+#define FEW_ENTRY(T) {(const void *)k_gemm_few<T>, "gemm_few<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
-    CK_TYPES(MV_ENTRY) CK_TYPES(GEMM_ENTRY) CK_TYPES(EMB_ENTRY)
+    CK_TYPES(MV_ENTRY) CK_TYPES(GEMM_ENTRY) CK_TYPES(FEW_ENTRY) CK_TYPES(EMB_ENTRY)
     {(const void *)k_gemm_reduce, "gemm_reduce"},
     {(const void *)k_rmsnorm_rows, "rmsnorm_rows"},
     {(const void *)k_argmax_rows, "argmax_rows"},
@@ -393,7 +536,9 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
     launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
 }
 
-/* Prefill-sized calls (more rows than a small tile holds) take the wide tiles. */
+/* Calls of up to FEW_ROWS rows take the few-rows kernel, up to 64 the small tiles, more (prefill) the wide
+ * tiles. */
+static bool gemm_is_few(int n_tok) { return n_tok <= FEW_ROWS; }
 static bool gemm_is_wide(int n_tok) { return n_tok > gemm_small::BM; }
 
 template <class S>
@@ -405,8 +550,23 @@ static void gemm_launch(const dev_weight &w, const __half *A, int lda, int n_tok
 #undef L
 }
 
+static void gemm_few_launch(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off,
+                            bool add, int ks, float *work, unsigned *tiles, cudaStream_t st) {
+    const dim3 grid((unsigned)ck_gemm_tile_counters(w.out), ks > 1 ? ks : 1);
+#define L(T) launch(k_gemm_few<T>, grid, dim3(FEW_THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, \
+                    add ? 1 : 0, work, tiles)
+    DISPATCH(w.type)
+#undef L
+}
+
+int ck_gemm_tile_counters(int out) { return (out + FEW_OUT - 1) / FEW_OUT; }
+
 void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
-                   int ks, float *work, cudaStream_t st) {
+                   int ks, float *work, unsigned *tiles, cudaStream_t st) {
+    if (gemm_is_few(n_tok)) {
+        gemm_few_launch(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, tiles, st);
+        return;
+    }
     if (gemm_is_wide(n_tok))
         gemm_launch<gemm_wide>(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
     else
@@ -420,11 +580,12 @@ void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, flo
 
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st) {
-    ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, st);
+    ck_gemm_split(w, A, lda, n_tok, C, ldc, col_off, add, 1, NULL, NULL, st);
 }
 
-/* Small tiles (steps of few rows): enough splits for two blocks per SM, rounded up. Wide tiles (prefill): only as
- * many as fit in those two blocks per SM, rounded down, so that a grid already filling the GPU stays whole. */
+/* Few rows: enough splits for FEW_BLOCKS_PER_SM blocks per SM, each split a k step for every warp, at most 8.
+ * Small tiles: enough splits for two blocks per SM, rounded up. Wide tiles (prefill): only as many as fit in
+ * those two blocks per SM, rounded down, so that a grid already filling the GPU stays whole. */
 template <class S> static int gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
     const int blocks = ((w.out + S::BN - 1) / S::BN) * ((n_tok + S::BM - 1) / S::BM), n_kt = (w.in + S::BK - 1) / S::BK;
     const bool wide = S::BM == gemm_wide::BM;
@@ -434,7 +595,17 @@ template <class S> static int gemm_splits(const dev_weight &w, int n_tok, int n_
     return ks < 1 ? 1 : ks;
 }
 
+#define FEW_BLOCKS_PER_SM 2
+static int gemm_few_splits(const dev_weight &w, int n_sm) {
+    const int blocks = ck_gemm_tile_counters(w.out), n_kt = (w.in + 63) / 64;
+    int ks = (FEW_BLOCKS_PER_SM * n_sm + blocks - 1) / blocks;
+    if (ks > n_kt / FEW_WARPS) ks = n_kt / FEW_WARPS; /* a k step for every warp */
+    if (ks > 8) ks = 8;
+    return ks < 1 ? 1 : ks;
+}
+
 int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    if (gemm_is_few(n_tok)) return gemm_few_splits(w, n_sm);
     return gemm_is_wide(n_tok) ? gemm_splits<gemm_wide>(w, n_tok, n_sm) : gemm_splits<gemm_small>(w, n_tok, n_sm);
 }
 

@@ -210,10 +210,18 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
 void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
              cudaStream_t st);
 /* The same with the k range split over ks blocks (ks > 1: partials in work, ks * n_tok * w.out floats, then
- * added in order by a second kernel: deterministic); ck_gemm_splits: the ks that fills the GPU for n_tok rows. */
+ * added in order of the split: deterministic; up to FEW_ROWS rows by the last block of each column of outputs,
+ * counting in tiles[ck_gemm_tile_counters(w.out)], zero before and after; more rows by a second kernel);
+ * ck_gemm_splits: the ks that fills the GPU for n_tok rows. */
+#define FEW_ROWS 16
+#define FEW_WARPS 4                   /* warps of a block, each every FEW_WARPS-th k step of the same outputs */
+#define FEW_THREADS (32 * FEW_WARPS)
+#define FEW_NT 4                      /* tiles of 8 outputs */
+#define FEW_OUT (8 * FEW_NT)          /* outputs per block */
 void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
-                   int ks, float *work, cudaStream_t st);
+                   int ks, float *work, unsigned *tiles, cudaStream_t st);
 int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm);
+int ck_gemm_tile_counters(int out);
 /* RoPE of q and k of n_tok rows in place, k and v appended to the cache: row t at position pos0 + t, or at
  * pos_dev[t] of sequence seq_dev[t] (a sequence's cache seq_stride halves after the previous one's; a row
  * with position < 0 appends nothing) when pos_dev is set. */

@@ -214,7 +214,8 @@ extern "C" kiln_status kiln_cuda_test_gemm(uint32_t type, const void *w, int in,
             __half *da = (__half *)tb_alloc(&b, (size_t)n_tok * lda * 2, xh);
             float *dy = (float *)tb_alloc(&b, (size_t)n_tok * out * 4, NULL);
             float *work = ks > 1 ? (float *)tb_alloc(&b, (size_t)ks * n_tok * out * 4, NULL) : NULL;
-            ck_gemm_split(dw, da, lda, n_tok, dy, out, 0, false, ks, work, b.st);
+            unsigned *tiles = (unsigned *)tb_alloc(&b, (size_t)ck_gemm_tile_counters(out) * 4, NULL);
+            ck_gemm_split(dw, da, lda, n_tok, dy, out, 0, false, ks, work, tiles, b.st);
             st = tb_finish(&b, y, dy, (size_t)n_tok * out * 4);
         }
         kiln_free(xh);
