@@ -53,6 +53,13 @@ extern "C" {
  * 0.93 / 1.47, 4 rows 1.41 / 1.51, 8 rows 2.28 / 1.55; llama-3.2-1b Q8_0 1.24 / 2.62, 1.94 / 2.55, 2.69 / 2.70;
  * Q4_K 1.24 / 3.12, 1.77 / 3.00, 3.27 / 3.26. */
 #define STEP_MV_ROWS 4
+/* Dense models at least STEP_WIDE_EMBD wide with a Q8_0 feed-forward: steps of more than STEP_MV_ROWS_WIDE rows
+ * run the GEMMs, whose few-rows kernel (k_gemm_few) there beats the float-input multi-row matvecs (llama-3.2-1b
+ * Q8_0, 3 / 4 rows: 2,018 / 2,664 tok/s against 1,672 / 2,090). Not elsewhere: llama-3.2-1b Q4_K (8-bit inputs
+ * and dp4a in the matvecs) 1,817 / 2,410 against 2,043 / 2,513; smollm2-135m Q8_0 (576 wide) 2,865 against 3,390
+ * at 4 rows (bench/RESULTS.md, runs K3 and K8). */
+#define STEP_WIDE_EMBD 2048
+#define STEP_MV_ROWS_WIDE 2
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -839,7 +846,10 @@ static void plan_buckets(cuda_state *s, size_t smem_optin) {
     int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     widest = widest > s->Q ? widest : s->Q;
     s->mv_rows = ck_matvec_max_rows(widest, smem_optin);
-    s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows > STEP_MV_ROWS ? STEP_MV_ROWS : s->mv_rows;
+    const bool wide_q8 = hp->n_expert == 0 && hp->n_embd >= STEP_WIDE_EMBD &&
+                         s->m->layers[0].w_gate.type == KILN_TYPE_Q8_0;
+    const int cap = wide_q8 ? STEP_MV_ROWS_WIDE : STEP_MV_ROWS;
+    s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows > cap ? cap : s->mv_rows;
     s->n_buckets = 0;
     for (int r = 1; s->n_buckets < CK_MAX_BUCKETS;) {
         const int R = r < s->max_step ? r : s->max_step;
