@@ -92,7 +92,7 @@ static __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-#define FEW_DEPTH 1 /* k steps in flight per warp */
+#define FEW_DEPTH 1 /* k steps in flight per warp (2: 10% slower on llama-3.2-1b at 16 rows, bench/RESULTS.md) */
 
 /* C (=|+=) A W^T for n_rows <= 16 rows (a decode step of several sequences, a short prefill): each weight
  * value read once, straight from memory into the B fragments (no shared memory, no barrier per k step), with
