@@ -80,7 +80,12 @@ __global__ void __launch_bounds__(256) k_gemm_reduce(const float *work, int ks, 
     *dst = add ? *dst + v : v;
 }
 
-/* ------------------------------------------------------------------ few rows: matrix x up to 64 vectors */
+/* ------------------------------------------------------------------ few rows: matrix x up to FEW_ROWS vectors */
+
+#define FEW_WARPS 4                   /* warps of a block, each every FEW_WARPS-th k step of the same outputs */
+#define FEW_THREADS (32 * FEW_WARPS)
+#define FEW_NT 4                      /* tiles of 8 outputs */
+#define FEW_OUT (8 * FEW_NT)          /* outputs per block */
 
 /* D += A B on the tensor cores (mma m16n8k16, F16 in, F32 accumulate): a = this lane's four words of the 16 x 16
  * A fragment, b its two words of the 16 x 8 B fragment, d its four accumulators (rows g and g + 8, columns 2q and

@@ -214,10 +214,6 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
  * counting in tiles[ck_gemm_tile_counters(w.out)], zero before and after; more rows by a second kernel);
  * ck_gemm_splits: the ks that fills the GPU for n_tok rows. */
 #define FEW_ROWS 16
-#define FEW_WARPS 4                   /* warps of a block, each every FEW_WARPS-th k step of the same outputs */
-#define FEW_THREADS (32 * FEW_WARPS)
-#define FEW_NT 4                      /* tiles of 8 outputs */
-#define FEW_OUT (8 * FEW_NT)          /* outputs per block */
 void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off, bool add,
                    int ks, float *work, unsigned *tiles, cudaStream_t st);
 int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm);
