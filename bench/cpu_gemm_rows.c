@@ -68,9 +68,10 @@ int main(int argc, char **argv) {
     const int sizes[2] = {300, (int)((96u << 20) / wrow)};
     uint8_t *w = kiln_aligned_alloc(64, (size_t)sizes[1] * wrow);
     uint8_t *y = kiln_aligned_alloc(64, MAXB * wrow);
+    uint8_t *yu = kiln_aligned_alloc(64, (size_t)MAXB * N);
     float *yd = kiln_aligned_alloc(64, MAXB * nb * sizeof(float)), *out = kiln_aligned_alloc(64, (size_t)MAXB * sizes[1] * 4);
     float *row = kiln_aligned_alloc(64, (size_t)N * sizeof(float));
-    if (!w || !y || !yd || !out || !row) return 1;
+    if (!w || !y || !yu || !yd || !out || !row) return 1;
     uint64_t s = 1;
     for (int r = 0; r < sizes[1]; r++) {
         for (int i = 0; i < N; i++) row[i] = (float)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / (1 << 24) - 0.5f;
@@ -80,6 +81,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N; i++) row[i] = (float)((s = s * 6364136223846793005ull + 1442695040888963407ull) >> 40) / (1 << 24) - 0.5f;
         kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, row, y + (size_t)b * wrow, N);
         for (size_t ib = 0; ib < nb; ib++) yd[b * nb + ib] = kiln_f16_to_f32(((const block_q8_0 *)(y + (size_t)b * wrow))[ib].d);
+        cpu_gemm_flip_row(y + (size_t)b * wrow, N, yu + (size_t)b * N);
     }
     const int rounds = quick ? 3 : 7;
     const double min_s = quick ? 0.02 : 0.1;
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
         double base = 0;
         for (int B = 1; B <= MAXB; B++) {
             const cpu_gemm_args a = {.dot = ti->vec_dot_fast, .n = N, .w = w, .w_stride = wrow, .y = y, .y_stride = wrow,
-                                     .yd = yd, .out = out, .out_stride = (size_t)sizes[si]};
+                                     .yd = yd, .yu = yu, .out = out, .out_stride = (size_t)sizes[si]};
             double t[3];
             measure(&a, sizes[si], B, rounds, min_s, t);
             if (B == 1) base = t[0];
@@ -96,6 +98,6 @@ int main(int argc, char **argv) {
                    t[2] / base, t[1] / t[2]);
         }
     }
-    kiln_free(w), kiln_free(y), kiln_free(yd), kiln_free(out), kiln_free(row);
+    kiln_free(w), kiln_free(y), kiln_free(yu), kiln_free(yd), kiln_free(out), kiln_free(row);
     return 0;
 }

@@ -12,6 +12,7 @@
 typedef struct avx512_kernels {
     kiln_vec_dot_fn dot_q8_0, dot_q4_0, dot_q4_K;
     cpu_gemm_fn gemm_q8_0, gemm_q4_0, gemm_q4_K;
+    cpu_gemm_fn rows_q8_0, rows_q4_0; /* the small-batch kernels (a->yu) */
 } avx512_kernels;
 
 #if KILN_X86

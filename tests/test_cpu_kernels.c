@@ -117,6 +117,7 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, int 
     const kiln_type_info *ti = kiln_type_get(type);
     static uint8_t w[MAXW][MAXN / 32 * 34 + 64], y[MAXA][MAXN / 32 * 36 + 64];
     static float yd[MAXA * (MAXN / 32)], got[MAXA * MAXW], ref[MAXA * MAXW];
+    static uint8_t yu[MAXA * MAXN];
     float xf[MAXN];
     for (int r = 0; r < nw; r++) {
         for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (1 + r % 3);
@@ -127,9 +128,10 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, int 
         kiln_quantize_row_for_dot(type, xf, y[b], n);
         if (ti->vec_dot_type == KILN_TYPE_Q8_0)
             for (int ib = 0; ib < n / 32; ib++) yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
+        if (ti->vec_dot_type == KILN_TYPE_Q8_0) cpu_gemm_flip_row(y[b], n, yu + (size_t)b * n);
     }
     const cpu_gemm_args a = {.dot = dot, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
-                             .y_stride = sizeof y[0], .yd = yd, .out = got, .out_stride = MAXW};
+                             .y_stride = sizeof y[0], .yd = yd, .yu = yu, .out = got, .out_stride = MAXW};
     cpu_gemm_args aref = a;
     aref.out = ref;
     for (int i = 0; i < MAXA * MAXW; i++) got[i] = ref[i] = -1234.5f;
@@ -277,15 +279,15 @@ TEST(cpu_attn_round_f16_equals_scalar_pair) {
 
 #if KILN_X86
 /* The AVX-512 kernels of k against the AVX2 ones, bit for bit: the VNNI dots on random rows of several lengths
- * (normals, a scaled row, an outlier), the tiles through gemm_case (every tile shape and edge, sub-blocks)
- * against their VNNI dot; and the VNNI dots within tolerance of the scalar references. */
+ * (normals, a scaled row, an outlier), the tiles and the small-batch kernels through gemm_case (every tile shape
+ * and edge, sub-blocks) against their VNNI dot; and the VNNI dots within tolerance of the scalar references. */
 static void check_avx512_kernels(const avx512_kernels *k) {
     static const struct { uint32_t type; int lengths[5]; } cases[] = {
         {KILN_TYPE_Q8_0, {32, 96, 288, 1056, 4096}}, {KILN_TYPE_Q4_0, {32, 64, 352, 1024, 4096}},
         {KILN_TYPE_Q4_K, {256, 512, 768, 2048, 4096}}};
     const kiln_vec_dot_fn vnni[3] = {k->dot_q8_0, k->dot_q4_0, k->dot_q4_K};
     const kiln_vec_dot_fn avx2[3] = {kiln_dot_q8_0_avx2, kiln_dot_q4_0_avx2, kiln_dot_q4_K_avx2};
-    const cpu_gemm_fn gemm[3] = {k->gemm_q8_0, k->gemm_q4_0, k->gemm_q4_K};
+    const cpu_gemm_fn gemm[3] = {k->gemm_q8_0, k->gemm_q4_0, k->gemm_q4_K}, rows[3] = {k->rows_q8_0, k->rows_q4_0, NULL};
     static float xf[4096], wf[4096], wd[4096], xd[4096];
     static uint8_t wq[4096 / 32 * 36], xq[4096 / 32 * 36 + 4096];
     uint64_t rng = 0x76e6e69;
@@ -321,6 +323,9 @@ static void check_avx512_kernels(const avx512_kernels *k) {
             for (int na = 1; na <= 11; na++) {
                 gemm_case(cases[t].type, gemm[t], vnni[t], sizes[t][nw % 2], nw, na, 0, nw, 0, na, &rng);
                 if (nw > 2 && na > 2) gemm_case(cases[t].type, gemm[t], vnni[t], sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
+                if (!rows[t]) continue;
+                gemm_case(cases[t].type, rows[t], vnni[t], sizes[t][(nw + na) % 2], nw, na, 0, nw, 0, na, &rng);
+                if (nw > 2 && na > 2) gemm_case(cases[t].type, rows[t], vnni[t], sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
             }
     }
 }
@@ -332,7 +337,8 @@ TEST(cpu_avx512_kernels_bit_identical_to_avx2) {
     if (!kiln_cpu_has_avx512vnni()) { test_skip("no AVX-512 F/BW/VL/VNNI on this CPU"); return; }
     kiln_formats_init();
     const avx512_kernels real = {kiln_dot_q8_0_vnni, kiln_dot_q4_0_vnni, kiln_dot_q4_K_vnni,
-                                 cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512};
+                                 cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512,
+                                 cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni};
     check_avx512_kernels(&real);
     /* and the backend picks them at the avx512 level */
     if (kiln_cpu_level() == KILN_CPU_AVX512) {

@@ -20,6 +20,10 @@ void cpu_gemm_walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int T
     }
 }
 
+void cpu_gemm_walk_rows(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, const cpu_gemm_rows_tile_fn *tab) {
+    for (int b = b0; b < b1; b += CPU_ROW_TN) tab[(b1 - b < CPU_ROW_TN ? b1 - b : CPU_ROW_TN) - 1](a, r0, r1, b);
+}
+
 void cpu_gemm_rows_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
     for (int r = r0; r < r1; r++) cpu_gemm_ref(a, r, r + 1, b0, b1);
 }
@@ -39,18 +43,38 @@ cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
 
 cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
-    /* the VNNI dots give the AVX2 dots' bits, so their rows kernels serve both levels */
-    if (dot == kiln_dot_q8_0_avx2 || dot == kiln_dot_q8_0_vnni) return cpu_gemm_rows_q8_0_avx2;
-    if (dot == kiln_dot_q4_0_avx2 || dot == kiln_dot_q4_0_vnni) return cpu_gemm_rows_q4_0_avx2;
+    /* the VNNI dots give the AVX2 dots' bits, so either level's rows kernel reproduces both */
+    if (dot == kiln_dot_q8_0_vnni) return cpu_gemm_rows_q8_0_vnni;
+    if (dot == kiln_dot_q4_0_vnni) return cpu_gemm_rows_q4_0_vnni;
+    if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_rows_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_rows_q4_0_avx2;
     if (dot == kiln_dot_q4_K_avx2 || dot == kiln_dot_q4_K_vnni) return cpu_gemm_rows_q4_K_avx2;
 #endif
     return cpu_gemm_rows_ref;
 }
 
+void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu) {
+    const block_q8_0 *blk = y;
+    for (int ib = 0; ib < n / QK8_0; ib++)
+        for (int k = 0; k < QK8_0; k++) yu[ib * QK8_0 + k] = (uint8_t)blk[ib].qs[k] ^ 0x80u;
+}
+
+bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot) {
+    const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
+#if defined(__x86_64__) || defined(__i386__)
+    return rows == cpu_gemm_rows_q8_0_vnni || rows == cpu_gemm_rows_q4_0_vnni;
+#else
+    (void)rows;
+    return false;
+#endif
+}
+
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
     const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
 #if defined(__x86_64__) || defined(__i386__)
-    if (rows == cpu_gemm_rows_q8_0_avx2 || rows == cpu_gemm_rows_q4_0_avx2) return rows;
+    if (rows == cpu_gemm_rows_q8_0_avx2 || rows == cpu_gemm_rows_q4_0_avx2 || rows == cpu_gemm_rows_q8_0_vnni ||
+        rows == cpu_gemm_rows_q4_0_vnni)
+        return rows;
 #endif
     (void)rows;
     return NULL;

@@ -9,6 +9,7 @@
 #ifndef KILN_CPU_GEMM_H
 #define KILN_CPU_GEMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,8 @@ typedef struct cpu_gemm_args {
     const uint8_t *y;
     size_t y_stride;
     const float *yd; /* Q8_0 activations: the block scales of row b as floats at yd + b * (n / 32), else NULL */
+    const uint8_t *yu; /* Q8_0 activations for the VNNI rows kernels (cpu_gemm_rows_flips): row b's bytes plus 128
+                        * at yu + b * n, else NULL */
     float *out;
     size_t out_stride;
 } cpu_gemm_args;
@@ -45,6 +48,30 @@ typedef void (*cpu_gemm_tile_fn)(const cpu_gemm_args *a, int r, int b);
  * L1 while the activation rows (the caller's cache block) stream from L2; tab[(tm - 1) * TN + tn - 1] is the
  * tile of tm x tn. */
 void cpu_gemm_walk(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, int TM, int TN, const cpu_gemm_tile_fn *tab);
+
+/* The small-batch kernels' unit: weight rows [r0, r1) against activation rows b.. (as many as the function's
+ * own count, up to CPU_ROW_TN); cpu_gemm_walk_rows runs [b0, b1) in chunks of CPU_ROW_TN through tab[count - 1]. */
+#define CPU_ROW_TN 8
+typedef void (*cpu_gemm_rows_tile_fn)(const cpu_gemm_args *a, int r0, int r1, int b);
+void cpu_gemm_walk_rows(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, const cpu_gemm_rows_tile_fn *tab);
+/* Defines cpu_gemm_rows_q8_0_<sfx> and cpu_gemm_rows_q4_0_<sfx> over the including file's
+ * legacy_rows(a, r0, r1, b, tn, q4) for tn = 1..CPU_ROW_TN (ATTR: the file's ISA attribute, or nothing). */
+#define CPU_GEMM_ROWS_ONE(ATTR, tn)                                                                              \
+    ATTR static void q8_0_rows##tn(const cpu_gemm_args *a, int r0, int r1, int b) { legacy_rows(a, r0, r1, b, tn, false); } \
+    ATTR static void q4_0_rows##tn(const cpu_gemm_args *a, int r0, int r1, int b) { legacy_rows(a, r0, r1, b, tn, true); }
+#define CPU_GEMM_LEGACY_ROWS(ATTR, sfx)                                                                           \
+    CPU_GEMM_ROWS_ONE(ATTR, 1) CPU_GEMM_ROWS_ONE(ATTR, 2) CPU_GEMM_ROWS_ONE(ATTR, 3) CPU_GEMM_ROWS_ONE(ATTR, 4)     \
+    CPU_GEMM_ROWS_ONE(ATTR, 5) CPU_GEMM_ROWS_ONE(ATTR, 6) CPU_GEMM_ROWS_ONE(ATTR, 7) CPU_GEMM_ROWS_ONE(ATTR, 8)     \
+    void cpu_gemm_rows_q8_0_##sfx(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {                       \
+        static const cpu_gemm_rows_tile_fn tab[CPU_ROW_TN] = {q8_0_rows1, q8_0_rows2, q8_0_rows3, q8_0_rows4,    \
+                                                              q8_0_rows5, q8_0_rows6, q8_0_rows7, q8_0_rows8};   \
+        cpu_gemm_walk_rows(a, r0, r1, b0, b1, tab);                                                              \
+    }                                                                                                            \
+    void cpu_gemm_rows_q4_0_##sfx(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {                       \
+        static const cpu_gemm_rows_tile_fn tab[CPU_ROW_TN] = {q4_0_rows1, q4_0_rows2, q4_0_rows3, q4_0_rows4,    \
+                                                              q4_0_rows5, q4_0_rows6, q4_0_rows7, q4_0_rows8};   \
+        cpu_gemm_walk_rows(a, r0, r1, b0, b1, tab);                                                              \
+    }
 
 /* The reference: the single dot, pair by pair. */
 void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
@@ -72,8 +99,15 @@ void cpu_gemm_rows_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
 /* Q4_K: the tiled kernel's 1 x 4 tiles, row by row. */
 void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
-/* The small-batch kernel that reproduces `dot` exactly, or the reference. */
+/* The same on AVX-512 VNNI (cpu_gemm_avx512.c), reading a->yu (cpu_gemm_flip_row of each activation row). */
+void cpu_gemm_rows_q8_0_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_rows_q4_0_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+
+/* The small-batch kernel that reproduces `dot` exactly, or the reference; whether it reads a->yu. */
 cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot);
+bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot);
+/* The bytes of a Q8_0 row of n values plus 128 (its block values as unsigned) into yu (n bytes). */
+void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
 
 /* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
  * (measured: Q8_0 and Q4_0, whose rows kernels prefetch the weight stream; Q4_K's is slower than its dot), else

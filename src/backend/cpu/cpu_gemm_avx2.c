@@ -90,13 +90,12 @@ void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) 
     cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 
-/* The small-batch product (cpu_gemm_rows): one weight row at a time against tn <= ROW_TN activation rows, the
+/* The small-batch product (cpu_gemm_rows): one weight row at a time against tn <= CPU_ROW_TN activation rows, the
  * same per-pair operations as legacy_tile (so again bit-identical to the single dot), but all tn pairs in one
  * pass over the weight row: a decode step of k <= 8 sequences streams each weight row from memory once (with a
  * software prefetch ahead), unpacks each of its blocks once, and keeps tn independent accumulators in flight (the
  * single dot's one accumulator waits on the FMA latency). The row loop sits inside, so the per-row overhead is a
  * few address updates. */
-#define ROW_TN 8
 /* bytes ahead of the weight block in use that are prefetched (a few rows: the hardware prefetcher alone left the
  * 4-row product 13-15% slower from memory, bench/cpu_gemm_rows.c) */
 #ifndef ROW_PREFETCH
@@ -107,15 +106,15 @@ AVX2 static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int 
     const int nb = a->n / QK8_0;
     const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const __m256i ones = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
-    const block_q8_0 *y[ROW_TN];
-    const float *yd[ROW_TN];
+    const block_q8_0 *y[CPU_ROW_TN];
+    const float *yd[CPU_ROW_TN];
     UNROLL8 for (int j = 0; j < tn; j++) {
         y[j] = (const block_q8_0 *)(a->y + (size_t)(b + j) * a->y_stride);
         yd[j] = a->yd + (size_t)(b + j) * nb;
     }
     for (int r = r0; r < r1; r++) {
         const uint8_t *x = a->w + (size_t)r * a->w_stride;
-        __m256 acc[ROW_TN];
+        __m256 acc[CPU_ROW_TN];
         UNROLL8 for (int j = 0; j < tn; j++) acc[j] = _mm256_setzero_ps();
         for (int ib = 0; ib < nb; ib++) {
             const uint8_t *xb = x + (size_t)ib * xblock; /* the f16 scale d, then qs */
@@ -138,29 +137,7 @@ AVX2 static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int 
     }
 }
 
-typedef void (*rows_fn)(const cpu_gemm_args *a, int r0, int r1, int b);
-#define ROWS(tn)                                                                                                  \
-    AVX2 static void q8_0_rows##tn(const cpu_gemm_args *a, int r0, int r1, int b) { legacy_rows(a, r0, r1, b, tn, false); } \
-    AVX2 static void q4_0_rows##tn(const cpu_gemm_args *a, int r0, int r1, int b) { legacy_rows(a, r0, r1, b, tn, true); }
-ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
-#undef ROWS
-
-/* Activation rows in chunks of ROW_TN; all weight rows of the block against one chunk, then the next. */
-static void walk_rows(const cpu_gemm_args *a, int r0, int r1, int b0, int b1, const rows_fn *tab) {
-    for (int b = b0; b < b1; b += ROW_TN) tab[(b1 - b < ROW_TN ? b1 - b : ROW_TN) - 1](a, r0, r1, b);
-}
-
-void cpu_gemm_rows_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const rows_fn tab[ROW_TN] = {q8_0_rows1, q8_0_rows2, q8_0_rows3, q8_0_rows4,
-                                        q8_0_rows5, q8_0_rows6, q8_0_rows7, q8_0_rows8};
-    walk_rows(a, r0, r1, b0, b1, tab);
-}
-
-void cpu_gemm_rows_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const rows_fn tab[ROW_TN] = {q4_0_rows1, q4_0_rows2, q4_0_rows3, q4_0_rows4,
-                                        q4_0_rows5, q4_0_rows6, q4_0_rows7, q4_0_rows8};
-    walk_rows(a, r0, r1, b0, b1, tab);
-}
+CPU_GEMM_LEGACY_ROWS(AVX2, avx2)
 
 /* ------------------------------------------------------------------------------------------ Q4_K */
 

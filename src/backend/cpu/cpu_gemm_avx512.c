@@ -111,6 +111,47 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 }
 #undef TAB_ROW
 
+/* The small-batch product (cpu_gemm_rows) on VNNI: one weight row at a time against up to 8 activation rows,
+ * like the AVX2 rows kernel, with the integer block sum of a pair from one vpdpbusd: the activation bytes plus
+ * 128 (a->yu, flipped once per call) as the unsigned operand, the signed weight (Q4_0: nibbles minus 8) as the
+ * other, seeded per weight block with -128 * (the weight's sums of 4). The float steps per pair are the single
+ * dot's, so every result is bit-identical to it. Per pair and block: one vpdpbusd, a multiply, a conversion
+ * and an FMA (AVX2: two sign operations, a maddubs and a madd more). */
+#define ROW_PREFETCH 2048
+static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int b, const int tn, const bool q4) {
+    const int nb = a->n / QK8_0;
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i flip = _mm256_set1_epi8((char)0x80), eight = _mm256_set1_epi8(8), zero = _mm256_setzero_si256();
+    const uint8_t *yu[CPU_ROW_TN];
+    const float *yd[CPU_ROW_TN];
+    UNROLL for (int j = 0; j < tn; j++) {
+        yu[j] = a->yu + (size_t)(b + j) * (size_t)a->n;
+        yd[j] = a->yd + (size_t)(b + j) * nb;
+    }
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *x = a->w + (size_t)r * a->w_stride;
+        __m256 acc[CPU_ROW_TN];
+        UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm256_setzero_ps();
+        for (int ib = 0; ib < nb; ib++) {
+            const uint8_t *xb = x + (size_t)ib * xblock; /* the f16 scale d, then qs */
+            uint16_t d;
+            memcpy(&d, xb, sizeof d);
+            const __m256 dx = _mm256_set1_ps(h2f(d));
+            const __m256i xs = q4 ? _mm256_sub_epi8(unpack_nibbles16(xb + 2), eight) : _mm256_loadu_si256((const __m256i *)(xb + 2));
+            const __m256i seed = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, xs));
+            _mm_prefetch((const char *)xb + ROW_PREFETCH, _MM_HINT_T0);
+            UNROLL for (int j = 0; j < tn; j++) {
+                const __m256i p = _mm256_dpbusd_epi32(seed, _mm256_loadu_si256((const __m256i *)(yu[j] + 32 * ib)), xs);
+                const __m256 sc = _mm256_mul_ps(dx, _mm256_broadcast_ss(&yd[j][ib]));
+                acc[j] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[j]);
+            }
+        }
+        UNROLL for (int j = 0; j < tn; j++) a->out[(size_t)(b + j) * a->out_stride + (size_t)r] = hsum_ps(acc[j]);
+    }
+}
+
+CPU_GEMM_LEGACY_ROWS(, vnni)
+
 /* ------------------------------------------------------------------------------------------ Q4_K */
 
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),

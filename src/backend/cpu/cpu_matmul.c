@@ -23,11 +23,16 @@
 /* The converted rows, then (Q8_0 activations) their block scales as floats for the tiled product. */
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
 
+/* ... then (the VNNI rows kernels) the flipped bytes of up to SMALL_B rows. */
+static size_t flipped_offset(size_t row, int n, int B) {
+    return (scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float) + 63) & ~(size_t)63;
+}
+
 size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     const kiln_type_info *t = kiln_type_get(type);
     KILN_ASSERT(t);
     size_t row = kiln_row_bytes(t->vec_dot_type, (uint64_t)n);
-    return scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float);
+    return flipped_offset(row, n, B) + (size_t)(B < SMALL_B ? B : SMALL_B) * (size_t)n;
 }
 
 typedef struct matmul_job {
@@ -36,6 +41,7 @@ typedef struct matmul_job {
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
     float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
+    uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), else NULL */
     size_t qrow, wrow;
     int B, n, rows;
     float *out;
@@ -50,6 +56,7 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
         for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
+        if (j->yu) cpu_gemm_flip_row(q, j->n, j->yu + (size_t)b * j->n);
     }
 }
 
@@ -60,7 +67,7 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
     /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
-                             .yd = j->yd, .out = j->out, .out_stride = (size_t)j->rows};
+                             .yd = j->yd, .yu = j->yu, .out = j->out, .out_stride = (size_t)j->rows};
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
         const cpu_gemm_fn rows = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
         if (rows) rows(&a, lo, hi, 0, j->B);
@@ -92,6 +99,8 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
+        if (j.yd && B <= SMALL_B && cpu_gemm_rows_flips(ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot))
+            j.yu = (uint8_t *)scratch + flipped_offset(j.qrow, j.n, B);
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
         else convert_rows(&j, 0, B, 0);

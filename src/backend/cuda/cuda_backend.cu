@@ -48,18 +48,11 @@ extern "C" {
 
 #define STAGE_BYTES ((size_t)8 << 20) /* one half of the pinned upload double buffer */
 #define CK_MAX_BUCKETS 16                /* decode-step sizes 1..8, then 16, 32, ..., 256 */
-/* The most rows of a decode step that run the multi-row matvecs (more rows: the split-K GEMMs). Measured on
- * the H200 (bench/RESULTS.md, multi-row matvec in one wave), step ms matvec / GEMM: smollm2-135m Q8_0 2 rows
- * 0.93 / 1.47, 4 rows 1.41 / 1.51, 8 rows 2.28 / 1.55; llama-3.2-1b Q8_0 1.24 / 2.62, 1.94 / 2.55, 2.69 / 2.70;
- * Q4_K 1.24 / 3.12, 1.77 / 3.00, 3.27 / 3.26. */
+/* The most rows of a decode step that run the multi-row matvecs where they are not on the tensor cores (more
+ * rows: the split-K GEMMs). Measured on the H200 (bench/RESULTS.md, multi-row matvec in one wave), step ms
+ * matvec / GEMM: llama-3.2-1b Q4_K 2 rows 1.24 / 3.12, 4 rows 1.77 / 3.00, 8 rows 3.27 / 3.26. Steps on the
+ * tensor cores (steps_on_mma) take up to CK_MV_MAX_ROWS rows. */
 #define STEP_MV_ROWS 4
-/* Dense models at least STEP_WIDE_EMBD wide with a Q8_0 feed-forward: steps of more than STEP_MV_ROWS_WIDE rows
- * run the GEMMs, whose few-rows kernel (k_gemm_few) there beats the float-input multi-row matvecs (llama-3.2-1b
- * Q8_0, 3 / 4 rows: 2,018 / 2,664 tok/s against 1,672 / 2,090). Not elsewhere: llama-3.2-1b Q4_K (8-bit inputs
- * and dp4a in the matvecs) 1,817 / 2,410 against 2,043 / 2,513; smollm2-135m Q8_0 (576 wide) 2,865 against 3,390
- * at 4 rows (bench/RESULTS.md, runs K3 and K8). */
-#define STEP_WIDE_EMBD 2048
-#define STEP_MV_ROWS_WIDE 2
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -94,6 +87,7 @@ typedef struct cuda_state {
     int max_step;              /* most rows of a decode step: min(n_seq, max_batch) */
     int mv_rows;               /* steps of up to this many rows run the multi-row matvecs (one bucket per size);
                                 * larger ones the GEMMs (buckets 2^k, padded) */
+    bool steps_mma;            /* every matvec of several rows runs on the tensor cores (steps_on_mma) */
     int max_rows_out;          /* most output rows of one call: max(max_step, max_out) */
     uint8_t *seen;             /* n_seq flags: which sequences a call's rows touch (decode-step test) */
     int cur_seq;               /* the sequence whose cache the eager prefill pieces address */
@@ -839,17 +833,34 @@ static kiln_status capture_graph(cuda_state *s, int b) {
     return KILN_OK;
 }
 
+/* Whether every matvec of a decode step runs on the tensor cores when it has several rows (k_matvec_mma): a
+ * dense model whose layer weights and output all have ck_mv_mma types. */
+static bool steps_on_mma(const kiln_model *m) {
+    if (m->hp.n_expert) return false;
+    if (!ck_mv_mma((int)m->output.type)) return false;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const kiln_layer *L = &m->layers[il];
+        const kiln_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (!ck_mv_mma((int)w[i]->type)) return false;
+    }
+    return true;
+}
+
 /* The bucket sizes: 1, 2, ..., mv_rows (the matvec path, no padding), then 2^k above it while below max_step,
  * then max_step; their attention splits. mv_rows: the most rows whose matvec inputs fit in shared memory. */
 static void plan_buckets(cuda_state *s, size_t smem_optin) {
     const kiln_hparams *hp = &s->m->hp;
     int widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     widest = widest > s->Q ? widest : s->Q;
-    s->mv_rows = ck_matvec_max_rows(widest, smem_optin);
-    const bool wide_q8 = hp->n_expert == 0 && hp->n_embd >= STEP_WIDE_EMBD &&
-                         s->m->layers[0].w_gate.type == KILN_TYPE_Q8_0;
-    const int cap = wide_q8 ? STEP_MV_ROWS_WIDE : STEP_MV_ROWS;
-    s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows > cap ? cap : s->mv_rows;
+    s->steps_mma = steps_on_mma(s->m);
+    if (s->steps_mma) {
+        s->mv_rows = CK_MV_MAX_ROWS;
+        while (s->mv_rows > 1 && ck_matvec_mma_smem(widest, s->mv_rows) > smem_optin) s->mv_rows--;
+    } else {
+        s->mv_rows = ck_matvec_max_rows(widest, smem_optin);
+        s->mv_rows = s->mv_rows < 1 ? 1 : s->mv_rows > STEP_MV_ROWS ? STEP_MV_ROWS : s->mv_rows;
+    }
     s->n_buckets = 0;
     for (int r = 1; s->n_buckets < CK_MAX_BUCKETS;) {
         const int R = r < s->max_step ? r : s->max_step;
@@ -1104,7 +1115,9 @@ static kiln_status cuda_open(const kiln_model *m, const kiln_backend_config *cfg
             s->n_kernels++;
         }
         const int widest = m->hp.n_ff > m->hp.n_embd ? m->hp.n_ff : m->hp.n_embd;
-        const size_t smem = ck_matvec_smem_rows(widest > s->Q ? widest : s->Q, s->mv_rows);
+        const int in_max = widest > s->Q ? widest : s->Q;
+        size_t smem = ck_matvec_smem_rows(in_max, s->steps_mma ? 1 : s->mv_rows);
+        if (s->steps_mma && ck_matvec_mma_smem(in_max, s->mv_rows) > smem) smem = ck_matvec_mma_smem(in_max, s->mv_rows);
         if (smem > 48 * 1024) OPEN_CU(ck_set_matvec_smem(smem), "matvec shared memory");
         snprintf(s->decode_path, sizeof s->decode_path, "kernel graph (%s)", s->pdl ? "PDL" : "no PDL");
     }

@@ -259,6 +259,41 @@ static __device__ __forceinline__ void convert16(const raw16<T> &r, int k0, floa
     }
 }
 
+/* The 16 values load16 fetched at k0 as 8 half2 words (values 2i, 2i + 1 in word i), each half(s v + b) as
+ * convert16's floats round to half: F16 its raw words; Q8_0 / Q4_0 (b = 0) their bytes made exact halves
+ * (0x6400 | byte is 1024 + byte; minus 1024 + the offset: exact) times s in half precision, one rounding of
+ * the exact product as the float path's; the other types through convert16. */
+template <int T>
+static __device__ __forceinline__ void half16(const raw16<T> &r, int k0, uint32_t h[8]) {
+    if constexpr (T == CK_F16) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) h[j] = ((const uint32_t *)r.q)[j];
+    } else if constexpr (T == CK_Q8_0 || T == CK_Q4_0) {
+        uint32_t w[4];
+        float s, b;
+        int off;
+        bytes16<T>(r, k0, w, s, b, off);
+        const __half2 sh = __float2half2_rn(s);
+        const __half2 base = __float2half2_rn(1024.0f + (T == CK_Q8_0 ? 128.0f : (float)off));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t u = T == CK_Q8_0 ? w[i] ^ 0x80808080u : w[i]; /* Q8_0: the signed bytes plus 128 */
+            const uint32_t lo = __byte_perm(u, 0x64646464u, 0x4140), hi = __byte_perm(u, 0x64646464u, 0x4342);
+            const __half2 v0 = __hmul2(__hsub2(*(const __half2 *)&lo, base), sh);
+            const __half2 v1 = __hmul2(__hsub2(*(const __half2 *)&hi, base), sh);
+            h[2 * i] = *(const uint32_t *)&v0, h[2 * i + 1] = *(const uint32_t *)&v1;
+        }
+    } else {
+        float v[16], s, b;
+        convert16<T>(r, k0, v, s, b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const __half2 v2 = __floats2half2_rn(s * v[2 * i] + b, s * v[2 * i + 1] + b);
+            h[i] = *(const uint32_t *)&v2;
+        }
+    }
+}
+
 /* Values k0..k0+15 of row `row` (k0 a multiple of 16): value[i] = s * v[i] + b. Values past w.in are 0. */
 template <int T>
 static __device__ __forceinline__ void dequant16(const dev_weight &w, int row, int k0, float v[16], float &s, float &b) {

@@ -3,6 +3,7 @@
  *   k_matvec<T, R> decode matrix x vector, one row (R = 1) or up to R = 2, 4, 8 rows (matvec_block: its prologue
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
+ *   k_matvec_mma<T> the same for 2-8 rows of the float-input types, products on tensor cores (mma)
  *   k_gemm<T, S>   prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
  *                  gemm_tile of cuda_gemm.cuh in tile shape S: small for 17-64 rows, wide for more)
  *   k_gemm_few<T>  matrix x up to 16 rows (steps of several sequences, short prefills): mma fragments
@@ -159,15 +160,7 @@ __global__ void __launch_bounds__(FEW_THREADS) k_gemm_few(const dev_weight w, co
             if (kt >= kt1) break;
             uint32_t hb[FEW_NT][8]; /* B: values (2i, 2i+1) of this lane's 16, as half2 */
 #pragma unroll
-            for (int nt = 0; nt < FEW_NT; nt++) {
-                float v[16], s, b;
-                convert16<T>(r[d][nt], kt * 64 + 16 * q, v, s, b);
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    const __half2 h = __floats2half2_rn(s * v[2 * i] + b, s * v[2 * i + 1] + b);
-                    hb[nt][i] = *(const uint32_t *)&h;
-                }
-            }
+            for (int nt = 0; nt < FEW_NT; nt++) half16<T>(r[d][nt], kt * 64 + 16 * q, hb[nt]);
             const uint4 a4[4] = {ar[d][0], ar[d][1], ar[d][2], ar[d][3]};
             if (kt + STRIDE < kt1) load_w(r[d], kt + STRIDE), load_a(ar[d], kt + STRIDE);
             const uint32_t al[8] = {a4[0].x, a4[0].y, a4[0].z, a4[0].w, a4[1].x, a4[1].y, a4[1].z, a4[1].w};
@@ -223,6 +216,178 @@ __global__ void __launch_bounds__(FEW_THREADS) k_gemm_few(const dev_weight w, co
             float *dst = C + (long long)tt[j] * ldc + col_off + nn[j];
             *dst = add ? *dst + sum[j] : sum[j];
         }
+}
+
+/* ------------------------------------------------------------------ decode: matrix x 2-8 vectors on tensor cores */
+
+/* Halves between consecutive input rows in shared memory: a multiple of 64 plus 8, so that the 8 lanes of a
+ * 16-byte load phase (two rows, 4 lanes each) hit distinct banks. */
+static __host__ __device__ __forceinline__ int mvm_row_halves(int in) { return ((in + 63) & ~63) + 8; }
+
+/* The decode matvec of 2..CK_MV_MAX_ROWS input rows with the products on the tensor cores (mma m16n8k16, F16
+ * in, F32 accumulate); the prologue (copy or RMSNorm) and the epilogues are those of matvec_block, so every
+ * fused step of the float matvec runs here too. The inputs go to shared memory as half rows (times the norm
+ * weight; the RMSNorm factor is applied to the sums). A warp holds a tile of 8 pairs, pair p = 8 tile + g: m = g
+ * is the pair's first row (r0), m = g + 8 its second (r1), n = the input row; ksplit warps share a tile, each
+ * over its own stretch of k steps (64 values: lane (g, q) converts the 16 weight values 16q.. of both rows to
+ * halves with half16, as k_gemm_few does, and reads the same 16 halves of input row g). The warps' sums are
+ * added in warp order and the tile's first warp runs the epilogue: lane (g, q) holds pair p for input rows 2q
+ * and 2q + 1. Every output depends only on its own input row, so a row's results are the same whatever the
+ * other rows are (they differ from the float one-row matvec's by the inputs' rounding to half). */
+template <int T>
+__global__ void __launch_bounds__(MV_THREADS, 2) k_matvec_mma(const __grid_constant__ mv_args a) {
+    extern __shared__ float smem_f[];
+    __half *xh = (__half *)smem_f; /* input row r at xh + r * RH */
+    __shared__ float red[MV_WARPS][4][32];
+    __shared__ float nred[CK_MV_MAX_ROWS][MV_WARPS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    const int in = a.w0.in, NU = (in + 15) >> 4, RH = mvm_row_halves(in), nr = a.nr;
+    const bool dual = a.pair == MV_PAIR_DUAL;
+    const int out = a.w0.out, n_pairs = dual ? out : (out + 1) >> 1, n_tiles = (n_pairs + 7) >> 3;
+    const int ks_n = a.ksplit, tpb = MV_WARPS / ks_n, slot = warp / ks_n, ks = warp - slot * ks_n;
+    const int n_steps = (NU + 3) >> 2, s0 = n_steps * ks / ks_n, s1 = n_steps * (ks + 1) / ks_n;
+    const int block = (int)blockIdx.x, n_blocks = (int)gridDim.x;
+    dev_weight w1 = a.w0; /* the second rows' matrix, built from scalars so that it stays in registers */
+    w1.q = dual ? a.w1.q : a.w0.q;
+    w1.d = dual ? a.w1.d : a.w0.d;
+    /* this lane's pair of tile group pg (clamped to a valid one) */
+    auto pair_of = [&](int pg, int &r0, int &r1) {
+        const int t = min(pg * tpb + slot, n_tiles - 1), p = min(8 * t + g, n_pairs - 1);
+        r0 = dual ? p : 2 * p, r1 = dual ? p : min(2 * p + 1, out - 1);
+        return p;
+    };
+    constexpr int D = mv_units<T>(); /* k steps whose loads a lane issues together (4; wider types fewer) */
+    raw16<T> ra[D], rb[D];
+    auto load = [&](int pg, int sb) {
+        int r0, r1;
+        pair_of(pg, r0, r1);
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            if (sb + d >= s1) break; /* past the stretch: nothing to load */
+            const int u = min(4 * (sb + d) + q, NU - 1);
+            load16<T>(a.w0, r0, 16 * u, ra[d]);
+            load16<T>(w1, r1, 16 * u, rb[d]);
+        }
+    };
+    /* the weights do not depend on the previous kernel: the first steps load before waiting for it */
+    pdl_trigger();
+    if (s0 < s1) load(block, s0);
+    pdl_wait();
+
+    /* prologue: the nr rows as halves (times the norm weight), each row's sum of squares per warp; the rows'
+     * 16-byte loads in flight together */
+    const bool norm = a.in_mode == MV_IN_NORM;
+    const bool vec = (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
+                     (!norm || ((uintptr_t)a.norm_w & 15) == 0);
+    float ss[CK_MV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) ss[r] = 0.0f;
+    for (int i4 = tid; vec && i4 < in >> 2; i4 += MV_THREADS) {
+        const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        float4 v[CK_MV_MAX_ROWS];
+#pragma unroll
+        for (int r = 0; r < CK_MV_MAX_ROWS; r++)
+            v[r] = r < nr ? __ldcg((const float4 *)(a.x + (long long)r * a.x_stride) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
+            if (r >= nr) break;
+            __half2 *xr = (__half2 *)(xh + r * RH);
+            xr[2 * i4] = __floats2half2_rn(v[r].x * w.x, v[r].y * w.y);
+            xr[2 * i4 + 1] = __floats2half2_rn(v[r].z * w.z, v[r].w * w.w);
+            ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
+        if (r >= nr) break;
+        const float *x = a.x + (long long)r * a.x_stride;
+        __half *xr = xh + r * RH;
+        for (int i = tid; !vec && i < in; i += MV_THREADS) {
+            const float v = __ldcg(x + i);
+            xr[i] = __float2half_rn(v * (norm ? __ldg(a.norm_w + i) : 1.0f));
+            ss[r] += v * v;
+        }
+        for (int i = in + tid; i < 16 * NU; i += MV_THREADS) xr[i] = __float2half_rn(0.0f);
+        if (norm) ss[r] = warp_sum(ss[r]);
+        if (norm && lane == 0) nred[r][warp] = ss[r];
+    }
+    __syncthreads();
+
+    float bv[2] = {-INFINITY, -INFINITY}; /* LOGITS: this lane's running argmax of input rows 2q, 2q + 1 */
+    int bi[2] = {0x7FFFFFFF, 0x7FFFFFFF};
+    bool loaded = s0 < s1;
+    for (int pg = block; pg * tpb < n_tiles; pg += n_blocks) { /* the same trip count in every warp */
+        const int t = pg * tpb + slot, p = 8 * t + g;
+        const bool lead = ks == 0 && t < n_tiles && p < n_pairs; /* runs the epilogue of pair p */
+        const int r0 = dual ? p : 2 * p, r1 = dual ? p : 2 * p + 1;
+        const bool has1 = r1 < out;
+        /* the epilogue's inputs of rows 2q, 2q + 1 (residuals, positions), fetched while the weights stream */
+        float y0[2] = {0.0f, 0.0f}, y1[2] = {0.0f, 0.0f};
+        int pos[2] = {0, 0}, seq[2] = {0, 0};
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = 2 * q + e;
+            if (!lead || r >= nr) break;
+            if (a.epi == MV_EPI_ADD) {
+                y0[e] = __ldcg(a.y + (long long)r * a.y_stride + r0);
+                if (has1) y1[e] = __ldcg(a.y + (long long)r * a.y_stride + r1);
+            }
+            if (a.epi == MV_EPI_QKV) pos[e] = a.pos[r], seq[e] = a.seq ? a.seq[r] : 0;
+        }
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int sb = s0; sb < s1; sb += D) {
+            if (!loaded) load(pg, sb);
+            loaded = false;
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                const int u = 4 * (sb + d) + q;
+                if (sb + d >= s1) break;
+                uint32_t wa[8], wb[8];
+                half16<T>(ra[d], 16 * min(u, NU - 1), wa);
+                half16<T>(rb[d], 16 * min(u, NU - 1), wb);
+                uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0; /* input row g, halves 16u..: zero past nr or NU */
+                if (u < NU && g < nr) {
+                    const uint4 *xp = (const uint4 *)(xh + g * RH + 16 * u);
+                    x0 = xp[0], x1 = xp[1];
+                }
+                const uint32_t xb[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint32_t af[4] = {wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1]};
+                    mma_16816(c, af, xb[2 * j], xb[2 * j + 1]);
+                }
+            }
+        }
+        if (ks_n > 1) { /* the tile's warps add their stretches, in warp order */
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[warp][e][lane] = c[e];
+            __syncthreads();
+            if (ks == 0)
+                for (int k = 1; k < ks_n; k++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) c[e] += red[warp + k][e][lane];
+            __syncthreads();
+        }
+        if (!lead) continue;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = 2 * q + e;
+            if (r >= nr) break;
+            const float scale = matvec_scale(a, nred[r]);
+            matvec_epilogue(a, r, r0, r1, p, has1, c[e] * scale, c[2 + e] * scale, y0[e], y1[e], pos[e], seq[e], bv[e],
+                            bi[e]);
+        }
+    }
+    if (a.epi != MV_EPI_LOGITS) return;
+    float best_v[CK_MV_MAX_ROWS];
+    int best_i[CK_MV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) { /* each row's best over the warp (lanes 4 (r / 2) .. hold it) */
+        best_v[r] = (r >> 1) == q ? bv[r & 1] : -INFINITY;
+        best_i[r] = (r >> 1) == q ? bi[r & 1] : 0x7FFFFFFF;
+        warp_argmax(best_v[r], best_i[r]);
+    }
+    matvec_argmax<CK_MV_MAX_ROWS>(a, block, n_blocks, best_v, best_i);
 }
 
 /* ------------------------------------------------------------------ small pieces */
@@ -413,7 +578,8 @@ static const struct {
 #define MV_ENTRY(T) {(const void *)k_matvec<T, 1>, "matvec<" #T ">"}, \
                     {(const void *)k_matvec<T, 2>, "matvec2<" #T ">"},   \
                     {(const void *)k_matvec<T, 4>, "matvec4<" #T ">"},   \
-                    {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"},
+                    {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"}, \
+                    {(const void *)k_matvec_mma<T>, "matvec_mma<" #T ">"},
 #define GEMM_ENTRY(T) {(const void *)k_gemm<T, gemm_small>, "gemm<" #T ">"}, \
                       {(const void *)k_gemm<T, gemm_wide>, "gemm_wide<" #T ">"},
 #define FEW_ENTRY(T) {(const void *)k_gemm_few<T>, "gemm_few<" #T ">"},
@@ -446,6 +612,12 @@ size_t ck_matvec_smem(int n) { return (size_t)(((n + 15) & ~15) + 16 + 2 * ((n +
 
 size_t ck_matvec_smem_rows(int n, int nr) { return (size_t)(nr > 1 ? nr : 1) * ck_matvec_smem(n); }
 
+size_t ck_matvec_mma_smem(int n, int nr) { return (size_t)nr * mvm_row_halves(n) * 2; }
+
+size_t ck_matvec_smem_for(int type, int n, int nr) {
+    return nr > 1 && ck_mv_mma(type) ? ck_matvec_mma_smem(n, nr) : ck_matvec_smem_rows(n, nr);
+}
+
 int ck_matvec_max_rows(int n, size_t smem_limit) {
     int nr = CK_MV_MAX_ROWS;
     while (nr > 0 && ck_matvec_smem_rows(n, nr) > smem_limit) nr--;
@@ -456,7 +628,8 @@ cudaError_t ck_set_matvec_smem(size_t bytes) {
     cudaError_t e = cudaSuccess;
 #define MV_ATTR1(T, R)                                                                                           \
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k_matvec<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#define MV_ATTR(T) MV_ATTR1(T, 1) MV_ATTR1(T, 2) MV_ATTR1(T, 4) MV_ATTR1(T, CK_MV_MAX_ROWS)
+#define MV_ATTR(T) MV_ATTR1(T, 1) MV_ATTR1(T, 2) MV_ATTR1(T, 4) MV_ATTR1(T, CK_MV_MAX_ROWS)                  \
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k_matvec_mma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     CK_TYPES(MV_ATTR)
 #undef MV_ATTR
 #undef MV_ATTR1
@@ -481,8 +654,24 @@ static int plan_rows(mv_args &a, int nr, int n_sm) {
     return blocks < cap ? blocks : cap;
 }
 
+/* The grid of k_matvec_mma (sets a.ksplit, one row group): tiles of 8 pairs, ksplit warps a tile while the
+ * tiles alone leave warp slots of one wave (two blocks an SM) idle, every warp keeping a k step at least. */
+static int plan_mma(mv_args &a, int n_sm) {
+    const int n_pairs = a.pair == MV_PAIR_DUAL ? a.w0.out : (a.w0.out + 1) / 2, n_tiles = (n_pairs + 7) / 8;
+    const int n_steps = ((a.w0.in + 15) / 16 + 3) / 4, slots = 2 * n_sm * MV_WARPS;
+    int ks = 1;
+    while (ks < MV_WARPS && n_tiles * ks * 2 <= slots && n_steps >= ks * 2) ks *= 2;
+    a.ksplit = ks;
+    a.row_groups = 1;
+    const int tpb = MV_WARPS / ks, blocks = (n_tiles + tpb - 1) / tpb;
+    return blocks < 2 * n_sm ? blocks : 2 * n_sm;
+}
+
+static bool mv_on_mma(const mv_args &a) { return a.nr > 1 && ck_mv_mma(a.w0.type); }
+
 int ck_matvec_plan(mv_args &a, int n_sm) {
     const int nr = a.nr < 1 ? 1 : a.nr;
+    if (mv_on_mma(a)) return plan_mma(a, n_sm);
     /* the most row groups (every group non-empty) whose blocks together still fit one wave; LOGITS: one (its
      * argmax tail counts the blocks of one group) */
     for (int G = nr; G > 1 && a.epi != MV_EPI_LOGITS; G--) {
@@ -506,6 +695,12 @@ int ck_matvec_plan(mv_args &a, int n_sm) {
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
     const int nr = ck_mv_group_rows(a); /* the rows of one block */
     const size_t smem = ck_matvec_smem_rows(a.w0.in, nr);
+    if (mv_on_mma(a)) {
+#define L(T) launch(k_matvec_mma<T>, dim3(n_blocks), dim3(MV_THREADS), ck_matvec_mma_smem(a.w0.in, a.nr), st, true, a)
+        DISPATCH(a.w0.type)
+#undef L
+        return;
+    }
     /* several rows: the kernel for the next power of two (its rows past nr are computed and dropped) */
     if (nr > 4) {
 #define L(T) launch(k_matvec<T, CK_MV_MAX_ROWS>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)

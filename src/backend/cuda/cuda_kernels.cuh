@@ -59,6 +59,9 @@ static inline __host__ __device__ constexpr ck_layout ck_layout_of(int t) {
 static inline __host__ __device__ constexpr bool ck_q8_input(int t) {
     return t == CK_Q4_1 || t == CK_Q5_0 || t == CK_Q5_1 || t == CK_Q4_K || t == CK_Q6_K;
 }
+/* Decode matvecs of several rows of these types run on the tensor cores (k_matvec_mma: half inputs); the others
+ * keep their 8-bit inputs and dp4a. */
+static inline __host__ __device__ constexpr bool ck_mv_mma(int t) { return !ck_q8_input(t); }
 /* dequant16 gives value = s * v + b with b != 0 for these types. */
 static inline __host__ __device__ constexpr bool ck_has_min(int t) { return t == CK_Q4_K || t == CK_Q4_1 || t == CK_Q5_1; }
 
@@ -173,6 +176,10 @@ const char *ck_kernel_name(int i);
 size_t ck_matvec_smem(int n);
 size_t ck_matvec_smem_rows(int n, int nr);
 int ck_matvec_max_rows(int n, size_t smem_limit);
+/* The same for k_matvec_mma (nr >= 2 rows of a ck_mv_mma type): the rows as halves. */
+size_t ck_matvec_mma_smem(int n, int nr);
+/* The shared memory of a matvec launch of nr rows of n values of `type` (whichever kernel ck_matvec takes). */
+size_t ck_matvec_smem_for(int type, int n, int nr);
 
 cudaError_t ck_set_matvec_smem(size_t bytes);
 /* Programmatic dependent launch between consecutive kernels (sm_90 and newer) for launches from this

@@ -181,7 +181,7 @@ extern "C" kiln_status kiln_cuda_test_matvec_rows(const kiln_cuda_mv_rows *t) {
     if (st == KILN_OK) {
         kiln_cuda_device_info di;
         kiln_cuda_probe(&di);
-        const size_t smem = ck_matvec_smem_rows(t->in, t->nr);
+        const size_t smem = ck_matvec_smem_for(a.w0.type, t->in, t->nr);
         if (smem > 48 * 1024) TB_TRY(ck_set_matvec_smem(smem), "matvec shared memory");
         const int nb = ck_matvec_plan(a, di.n_sm);
         if (st == KILN_OK) ck_matvec(a, nb, b.st);
@@ -450,7 +450,7 @@ static kiln_status bench_setup(const kiln_cuda_mv_bench *mb, bench_case *c) {
     a.arg_val = av, a.arg_idx = ai, a.counter = cnt, a.arg_out = c->arg_out = ai + BENCH_MAX_BLOCKS * CK_MV_MAX_ROWS;
     kiln_cuda_device_info di;
     kiln_cuda_probe(&di);
-    const size_t smem = ck_matvec_smem_rows(in, mb->nr);
+    const size_t smem = ck_matvec_smem_for(dw0.type, in, mb->nr);
     int smem_max = 0;
     TB_TRY(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory limit");
     if (st == KILN_OK && smem > (size_t)smem_max)
