@@ -224,6 +224,66 @@ __global__ void __launch_bounds__(FEW_THREADS) k_gemm_few(const dev_weight w, co
  * 16-byte load phase (two rows, 4 lanes each) hit distinct banks. */
 static __host__ __device__ __forceinline__ int mvm_row_halves(int in) { return ((in + 63) & ~63) + 8; }
 
+/* k_matvec_mma's prologue: the a.nr input rows as halves (times the norm weight) at xh + r * RH, zero-padded to
+ * whole units of 16; with NORM, nred[r][warp] the warp's sum of squares of row r. The rows' 16-byte loads are in
+ * flight together. Ends with a barrier. */
+static __device__ __forceinline__ void mvm_input(const mv_args &a, __half *xh, int RH, float (*nred)[MV_WARPS]) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int in = a.w0.in, NU = (in + 15) >> 4, nr = a.nr;
+    const bool norm = a.in_mode == MV_IN_NORM;
+    const bool vec = (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
+                     (!norm || ((uintptr_t)a.norm_w & 15) == 0);
+    float ss[CK_MV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) ss[r] = 0.0f;
+    for (int i4 = tid; vec && i4 < in >> 2; i4 += MV_THREADS) {
+        const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        float4 v[CK_MV_MAX_ROWS];
+#pragma unroll
+        for (int r = 0; r < CK_MV_MAX_ROWS; r++)
+            v[r] = r < nr ? __ldcg((const float4 *)(a.x + (long long)r * a.x_stride) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
+            if (r >= nr) break;
+            __half2 *xr = (__half2 *)(xh + r * RH);
+            xr[2 * i4] = __floats2half2_rn(v[r].x * w.x, v[r].y * w.y);
+            xr[2 * i4 + 1] = __floats2half2_rn(v[r].z * w.z, v[r].w * w.w);
+            ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
+        if (r >= nr) break;
+        const float *x = a.x + (long long)r * a.x_stride;
+        __half *xr = xh + r * RH;
+        for (int i = tid; !vec && i < in; i += MV_THREADS) {
+            const float v = __ldcg(x + i);
+            xr[i] = __float2half_rn(v * (norm ? __ldg(a.norm_w + i) : 1.0f));
+            ss[r] += v * v;
+        }
+        for (int i = in + tid; i < 16 * NU; i += MV_THREADS) xr[i] = __float2half_rn(0.0f);
+        if (norm) ss[r] = warp_sum(ss[r]);
+        if (norm && lane == 0) nred[r][warp] = ss[r];
+    }
+    __syncthreads();
+}
+
+/* k_matvec_mma's LOGITS tail: lane (g, q)'s running argmax of input rows 2q, 2q + 1 (bv, bi) reduced over the
+ * warp per row, then over the block and the blocks (matvec_argmax). */
+static __device__ __forceinline__ void mvm_argmax(const mv_args &a, int block, int n_blocks, const float bv[2],
+                                                  const int bi[2]) {
+    const int q = threadIdx.x & 3;
+    float best_v[CK_MV_MAX_ROWS];
+    int best_i[CK_MV_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < CK_MV_MAX_ROWS; r++) { /* lanes 4 g + r / 2 hold row r */
+        best_v[r] = (r >> 1) == q ? bv[r & 1] : -INFINITY;
+        best_i[r] = (r >> 1) == q ? bi[r & 1] : 0x7FFFFFFF;
+        warp_argmax(best_v[r], best_i[r]);
+    }
+    matvec_argmax<CK_MV_MAX_ROWS>(a, block, n_blocks, best_v, best_i);
+}
+
 /* The decode matvec of 2..CK_MV_MAX_ROWS input rows with the products on the tensor cores (mma m16n8k16, F16
  * in, F32 accumulate); the prologue (copy or RMSNorm) and the epilogues are those of matvec_block, so every
  * fused step of the float matvec runs here too. The inputs go to shared memory as half rows (times the norm
@@ -274,44 +334,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec_mma(const __grid_const
     if (s0 < s1) load(block, s0);
     pdl_wait();
 
-    /* prologue: the nr rows as halves (times the norm weight), each row's sum of squares per warp; the rows'
-     * 16-byte loads in flight together */
-    const bool norm = a.in_mode == MV_IN_NORM;
-    const bool vec = (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
-                     (!norm || ((uintptr_t)a.norm_w & 15) == 0);
-    float ss[CK_MV_MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < CK_MV_MAX_ROWS; r++) ss[r] = 0.0f;
-    for (int i4 = tid; vec && i4 < in >> 2; i4 += MV_THREADS) {
-        const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        float4 v[CK_MV_MAX_ROWS];
-#pragma unroll
-        for (int r = 0; r < CK_MV_MAX_ROWS; r++)
-            v[r] = r < nr ? __ldcg((const float4 *)(a.x + (long long)r * a.x_stride) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
-            if (r >= nr) break;
-            __half2 *xr = (__half2 *)(xh + r * RH);
-            xr[2 * i4] = __floats2half2_rn(v[r].x * w.x, v[r].y * w.y);
-            xr[2 * i4 + 1] = __floats2half2_rn(v[r].z * w.z, v[r].w * w.w);
-            ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
-        if (r >= nr) break;
-        const float *x = a.x + (long long)r * a.x_stride;
-        __half *xr = xh + r * RH;
-        for (int i = tid; !vec && i < in; i += MV_THREADS) {
-            const float v = __ldcg(x + i);
-            xr[i] = __float2half_rn(v * (norm ? __ldg(a.norm_w + i) : 1.0f));
-            ss[r] += v * v;
-        }
-        for (int i = in + tid; i < 16 * NU; i += MV_THREADS) xr[i] = __float2half_rn(0.0f);
-        if (norm) ss[r] = warp_sum(ss[r]);
-        if (norm && lane == 0) nred[r][warp] = ss[r];
-    }
-    __syncthreads();
+    mvm_input(a, xh, RH, nred);
 
     float bv[2] = {-INFINITY, -INFINITY}; /* LOGITS: this lane's running argmax of input rows 2q, 2q + 1 */
     int bi[2] = {0x7FFFFFFF, 0x7FFFFFFF};
@@ -378,16 +401,7 @@ __global__ void __launch_bounds__(MV_THREADS, 2) k_matvec_mma(const __grid_const
                             bi[e]);
         }
     }
-    if (a.epi != MV_EPI_LOGITS) return;
-    float best_v[CK_MV_MAX_ROWS];
-    int best_i[CK_MV_MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < CK_MV_MAX_ROWS; r++) { /* each row's best over the warp (lanes 4 (r / 2) .. hold it) */
-        best_v[r] = (r >> 1) == q ? bv[r & 1] : -INFINITY;
-        best_i[r] = (r >> 1) == q ? bi[r & 1] : 0x7FFFFFFF;
-        warp_argmax(best_v[r], best_i[r]);
-    }
-    matvec_argmax<CK_MV_MAX_ROWS>(a, block, n_blocks, best_v, best_i);
+    if (a.epi == MV_EPI_LOGITS) mvm_argmax(a, block, n_blocks, bv, bi);
 }
 
 /* ------------------------------------------------------------------ small pieces */
@@ -693,14 +707,14 @@ int ck_matvec_plan(mv_args &a, int n_sm) {
 #define DISPATCH(type) ck_with_type(type, [&](auto t_) { L(decltype(t_)::value); });
 
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st) {
-    const int nr = ck_mv_group_rows(a); /* the rows of one block */
-    const size_t smem = ck_matvec_smem_rows(a.w0.in, nr);
     if (mv_on_mma(a)) {
 #define L(T) launch(k_matvec_mma<T>, dim3(n_blocks), dim3(MV_THREADS), ck_matvec_mma_smem(a.w0.in, a.nr), st, true, a)
         DISPATCH(a.w0.type)
 #undef L
         return;
     }
+    const int nr = ck_mv_group_rows(a); /* the rows of one block */
+    const size_t smem = ck_matvec_smem_rows(a.w0.in, nr);
     /* several rows: the kernel for the next power of two (its rows past nr are computed and dropped) */
     if (nr > 4) {
 #define L(T) launch(k_matvec<T, CK_MV_MAX_ROWS>, dim3(n_blocks), dim3(MV_THREADS), smem, st, true, a)

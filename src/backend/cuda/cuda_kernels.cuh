@@ -106,7 +106,8 @@ enum { MV_EPI_STORE = 0, MV_EPI_ADD = 1, MV_EPI_QKV = 2, MV_EPI_SWIGLU = 3, MV_E
 struct mv_args {
     dev_weight w0, w1;          /* w1: second matrix of MV_PAIR_DUAL (same type and shape) */
     int pair, in_mode, epi;
-    int ksplit;                 /* warps per pair (1, 2, 4, 8); set by ck_matvec_plan */
+    int ksplit;                 /* warps per pair (k_matvec_mma: per tile of 8 pairs; 1, 2, 4, 8); set by
+                                 * ck_matvec_plan */
     int nr;                     /* input rows, 1..CK_MV_MAX_ROWS (0 reads as 1) */
     int row_groups;             /* the rows split into this many groups of ck_mv_group_rows, each on its own
                                  * blocks (block b: group b % row_groups); 0 or 1: one; set by ck_matvec_plan */
@@ -187,8 +188,8 @@ cudaError_t ck_set_matvec_smem(size_t bytes);
 void ck_set_pdl(bool on);
 bool ck_pdl_on(void);
 
-/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows: k_matvec<T, R> for R = 2, 4 or 8, the
- * smallest R >= nr). */
+/* The matvec of a over n_blocks blocks (one row: k_matvec<T, 1>; nr rows of a ck_mv_mma type: k_matvec_mma<T>;
+ * of another type: k_matvec<T, R> for R = 2, 4 or 8, the smallest R >= nr). */
 void ck_matvec(const mv_args &a, int n_blocks, cudaStream_t st);
 /* Chooses the grid of a matvec launch, how many warps share a pair and how many row groups there are (sets
  * a.ksplit and a.row_groups); returns blocks. */
