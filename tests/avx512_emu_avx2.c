@@ -40,6 +40,10 @@ AVX2EMU emu_m512i emu_setr_epi64(long long e0, long long e1, long long e2, long 
                                  long long e6, long long e7) {
     return emu_i(_mm256_setr_epi64x(e0, e1, e2, e3), _mm256_setr_epi64x(e4, e5, e6, e7));
 }
+AVX2EMU emu_m512i emu_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8, int e9,
+                                 int e10, int e11, int e12, int e13, int e14, int e15) {
+    return emu_i(_mm256_setr_epi32(e0, e1, e2, e3, e4, e5, e6, e7), _mm256_setr_epi32(e8, e9, e10, e11, e12, e13, e14, e15));
+}
 AVX2EMU emu_m512i emu_set1_epi8(char c) { return emu_i(_mm256_set1_epi8(c), _mm256_set1_epi8(c)); }
 AVX2EMU emu_m512i emu_setzero_si512(void) { return emu_i(_mm256_setzero_si256(), _mm256_setzero_si256()); }
 AVX2EMU emu_m512i emu_loadu_si512(const void *p) {
@@ -89,6 +93,17 @@ AVX2EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 }
 AVX2EMU emu_m512 emu_cvtepi32_ps(emu_m512i v) { return emu_f(_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)); }
 AVX2EMU __m256 emu_castps512_ps256(emu_m512 v) { return v.lo; }
+AVX2EMU emu_m512 emu_castps128_ps512(__m128 v) { return emu_f(_mm256_castps128_ps256(v), _mm256_setzero_ps()); }
+/* VPERMPS zmm: lane i = v[idx[i] & 15]. */
+AVX2EMU emu_m512 emu_permutexvar_ps(emu_m512i idx, emu_m512 v) {
+    int32_t ix[16];
+    float src[16], dst[16];
+    memcpy(ix, &idx, sizeof ix);
+    memcpy(src, &v, sizeof src);
+    for (int i = 0; i < 16; i++) dst[i] = src[ix[i] & 15];
+    memcpy(&v, dst, sizeof dst);
+    return v;
+}
 AVX2EMU emu_m512d emu_castps_pd(emu_m512 v) { return emu_d(_mm256_castps_pd(v.lo), _mm256_castps_pd(v.hi)); }
 AVX2EMU emu_m512 emu_castpd_ps(emu_m512d v) { return emu_f(_mm256_castpd_ps(v.lo), _mm256_castpd_ps(v.hi)); }
 AVX2EMU emu_m512d emu_castpd256_pd512(__m256d v) { return emu_d(v, _mm256_setzero_pd()); }
@@ -129,6 +144,8 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_setr_epi64 emu_setr_epi64
 #undef _mm512_set1_epi8
 #define _mm512_set1_epi8 emu_set1_epi8
+#undef _mm512_setr_epi32
+#define _mm512_setr_epi32 emu_setr_epi32
 #undef _mm512_setzero_si512
 #define _mm512_setzero_si512 emu_setzero_si512
 #undef _mm512_loadu_si512
@@ -151,6 +168,10 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #undef _mm512_castps512_ps256
 #define _mm512_castps512_ps256 emu_castps512_ps256
+#undef _mm512_castps128_ps512
+#define _mm512_castps128_ps512 emu_castps128_ps512
+#undef _mm512_permutexvar_ps
+#define _mm512_permutexvar_ps emu_permutexvar_ps
 #undef _mm512_castps_pd
 #define _mm512_castps_pd emu_castps_pd
 #undef _mm512_castpd_ps

@@ -111,43 +111,99 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 }
 #undef TAB_ROW
 
-/* The small-batch product (cpu_gemm_rows) on VNNI: one weight row at a time against up to 8 activation rows,
- * like the AVX2 rows kernel, with the integer block sum of a pair from one vpdpbusd: the activation bytes plus
- * 128 (a->yu, flipped once per call) as the unsigned operand, the signed weight (Q4_0: nibbles minus 8) as the
- * other, seeded per weight block with -128 * (the weight's sums of 4). The float steps per pair are the single
- * dot's, so every result is bit-identical to it. Per pair and block: one vpdpbusd, a multiply, a conversion
- * and an FMA (AVX2: two sign operations, a maddubs and a madd more). */
+/* The small-batch product (cpu_gemm_rows) on VNNI, with the integer block sum of a pair from one vpdpbusd: the
+ * activation bytes plus 128 (a->yu, flipped once per call) as the unsigned operand, the signed weight (Q4_0:
+ * nibbles minus 8) as the other, seeded per weight block with -128 * (the weight's sums of 4); the float steps
+ * per pair are the single dot's, so every result is bit-identical to it. From 3 activation rows up, two weight
+ * rows at a time in the halves of a zmm (one broadcast load of an activation block serves both; accumulator j
+ * holds the 8 lanes of pair (r, j) low and (r + 1, j) high, and lanes never mix), an odd last row alone in a
+ * ymm; below 3, one weight row at a time (from memory, two rows' streams at once ran slower there:
+ * bench/RESULTS.md). Per pair and block: one vpdpbusd, a multiply, a conversion and an FMA in a ymm or half a
+ * zmm (AVX2: two sign operations, a maddubs and a madd more). Prefetch distances measured on the stream
+ * benchmark (bench/cpu_gemm_rows.c). */
 #define ROW_PREFETCH 2048
-static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int b, const int tn, const bool q4) {
+#define PAIR_PREFETCH 6144
+static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
+    return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
+}
+
+static INLINE float legacy_scale(const uint8_t *xb) {
+    uint16_t d;
+    memcpy(&d, xb, sizeof d);
+    return h2f(d);
+}
+
+/* Weight rows r and r + 1 against activation rows b..b + tn - 1. */
+static INLINE void legacy_rows_pair(const cpu_gemm_args *a, int r, const uint8_t *const *yu, const float *const *yd, int b,
+                                    const int tn, const bool q4) {
     const int nb = a->n / QK8_0;
     const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const __m256i flip = _mm256_set1_epi8((char)0x80), eight = _mm256_set1_epi8(8), zero = _mm256_setzero_si256();
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const __m512i pick01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const uint8_t *x0 = a->w + (size_t)r * a->w_stride, *x1 = x0 + a->w_stride;
+    __m512 acc[CPU_ROW_TN];
+    UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm512_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        const uint8_t *xb0 = x0 + (size_t)ib * xblock, *xb1 = x1 + (size_t)ib * xblock; /* the f16 scale d, then qs */
+        uint16_t d0, d1;
+        memcpy(&d0, xb0, sizeof d0);
+        memcpy(&d1, xb1, sizeof d1);
+        const __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d0 | (uint32_t)d1 << 16)));
+        const __m512 dx = _mm512_permutexvar_ps(pick01, _mm512_castps128_ps512(d01)); /* [h2f(d0) x8 | h2f(d1) x8] */
+        const __m512i xs = _mm512_inserti64x4(_mm512_castsi256_si512(legacy_weight_block(xb0 + 2, q4)), legacy_weight_block(xb1 + 2, q4), 1);
+        const __m512i seed = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xs));
+        _mm_prefetch((const char *)xb0 + PAIR_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)xb1 + PAIR_PREFETCH, _MM_HINT_T0);
+        UNROLL for (int j = 0; j < tn; j++) {
+            const __m512i yb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(yu[j] + 32 * ib)));
+            const __m512i p = _mm512_dpbusd_epi32(seed, yb, xs);
+            const __m512 sc = _mm512_mul_ps(dx, _mm512_set1_ps(yd[j][ib]));
+            acc[j] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[j]);
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++) {
+        float *o = a->out + (size_t)(b + j) * a->out_stride + (size_t)r;
+        o[0] = hsum_ps(_mm512_castps512_ps256(acc[j]));
+        o[1] = hsum_ps(high_ps(acc[j]));
+    }
+}
+
+/* Weight row r alone. */
+static INLINE void legacy_rows_one(const cpu_gemm_args *a, int r, const uint8_t *const *yu, const float *const *yd, int b,
+                                   const int tn, const bool q4) {
+    const int nb = a->n / QK8_0;
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    const uint8_t *x = a->w + (size_t)r * a->w_stride;
+    __m256 acc[CPU_ROW_TN];
+    UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm256_setzero_ps();
+    for (int ib = 0; ib < nb; ib++) {
+        const uint8_t *xb = x + (size_t)ib * xblock;
+        const __m256 dx = _mm256_set1_ps(legacy_scale(xb));
+        const __m256i xs = legacy_weight_block(xb + 2, q4);
+        const __m256i seed = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, xs));
+        _mm_prefetch((const char *)xb + ROW_PREFETCH, _MM_HINT_T0);
+        UNROLL for (int j = 0; j < tn; j++) {
+            const __m256i p = _mm256_dpbusd_epi32(seed, _mm256_loadu_si256((const __m256i *)(yu[j] + 32 * ib)), xs);
+            const __m256 sc = _mm256_mul_ps(dx, _mm256_broadcast_ss(&yd[j][ib]));
+            acc[j] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[j]);
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++) a->out[(size_t)(b + j) * a->out_stride + (size_t)r] = hsum_ps(acc[j]);
+}
+
+static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int b, const int tn, const bool q4) {
+    const int nb = a->n / QK8_0;
     const uint8_t *yu[CPU_ROW_TN];
     const float *yd[CPU_ROW_TN];
     UNROLL for (int j = 0; j < tn; j++) {
         yu[j] = a->yu + (size_t)(b + j) * (size_t)a->n;
         yd[j] = a->yd + (size_t)(b + j) * nb;
     }
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *x = a->w + (size_t)r * a->w_stride;
-        __m256 acc[CPU_ROW_TN];
-        UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm256_setzero_ps();
-        for (int ib = 0; ib < nb; ib++) {
-            const uint8_t *xb = x + (size_t)ib * xblock; /* the f16 scale d, then qs */
-            uint16_t d;
-            memcpy(&d, xb, sizeof d);
-            const __m256 dx = _mm256_set1_ps(h2f(d));
-            const __m256i xs = q4 ? _mm256_sub_epi8(unpack_nibbles16(xb + 2), eight) : _mm256_loadu_si256((const __m256i *)(xb + 2));
-            const __m256i seed = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, xs));
-            _mm_prefetch((const char *)xb + ROW_PREFETCH, _MM_HINT_T0);
-            UNROLL for (int j = 0; j < tn; j++) {
-                const __m256i p = _mm256_dpbusd_epi32(seed, _mm256_loadu_si256((const __m256i *)(yu[j] + 32 * ib)), xs);
-                const __m256 sc = _mm256_mul_ps(dx, _mm256_broadcast_ss(&yd[j][ib]));
-                acc[j] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc[j]);
-            }
-        }
-        UNROLL for (int j = 0; j < tn; j++) a->out[(size_t)(b + j) * a->out_stride + (size_t)r] = hsum_ps(acc[j]);
-    }
+    int r = r0;
+    if (tn >= 3)
+        for (; r + 1 < r1; r += 2) legacy_rows_pair(a, r, yu, yd, b, tn, q4);
+    for (; r < r1; r++) legacy_rows_one(a, r, yu, yd, b, tn, q4);
 }
 
 CPU_GEMM_LEGACY_ROWS(, vnni)
