@@ -249,9 +249,9 @@ static void rope_and_store(cpu_state *s, const kiln_block_attn *a, int il, const
 static void attn_block(cpu_state *s, const kiln_block_attn *a, int il, const kiln_backend_row *rows, int B) {
     const int E = s->desc.n_embd, hd = a->head_dim, Q = a->n_head * hd, KV = a->n_head_kv * hd;
     rmsnorm_rows(s->xb, s->x, a->norm, B, E, s->desc.rms_eps);
-    cpu_matmul(s->pool, a->wq, s->xb, B, s->q, s->scratch);
-    cpu_matmul(s->pool, a->wk, s->xb, B, s->k, s->scratch);
-    cpu_matmul(s->pool, a->wv, s->xb, B, s->v, s->scratch);
+    const kiln_weight *qkv[3] = {a->wq, a->wk, a->wv};
+    float *qkv_out[3] = {s->q, s->k, s->v};
+    cpu_matmul_n(s->pool, 3, qkv, s->xb, B, qkv_out, s->scratch);
     add_bias(s->q, a->bq, B, Q);
     add_bias(s->k, a->bk, B, KV);
     add_bias(s->v, a->bv, B, KV);
@@ -286,8 +286,9 @@ static void ffn_block(cpu_state *s, const kiln_block_ffn *f, int B) {
         return;
     }
     KILN_ASSERT(f->kind == KILN_FFN_DENSE_SWIGLU);
-    cpu_matmul(s->pool, f->gate, s->xb, B, s->hb, s->scratch);
-    cpu_matmul(s->pool, f->up, s->xb, B, s->hb2, s->scratch);
+    const kiln_weight *gate_up[2] = {f->gate, f->up};
+    float *gate_up_out[2] = {s->hb, s->hb2};
+    cpu_matmul_n(s->pool, 2, gate_up, s->xb, B, gate_up_out, s->scratch);
     swiglu_job sj = {.g = s->hb, .u = s->hb2, .n = f->n_ff};
     if (B > 1) kiln_pool_for(s->pool, B, 1, swiglu_rows, &sj); /* its exponentials: rows on all threads */
     else swiglu_rows(&sj, 0, 1, 0);

@@ -1,6 +1,7 @@
 /* cpu_matmul.c — quantized matrix x activation products on the thread pool. */
 #include "backend/cpu/cpu_matmul.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
@@ -35,23 +36,27 @@ size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     return flipped_offset(row, n, B) + (size_t)(B < SMALL_B ? B : SMALL_B) * (size_t)n;
 }
 
+/* Up to CPU_MATMUL_MAX_W weights of one type and input width against the same activation rows, in one pool run
+ * over their rows laid end to end: weight i's rows are [first[i], first[i + 1]) of the run. */
 typedef struct matmul_job {
-    const kiln_weight *W;
+    const kiln_weight *W[CPU_MATMUL_MAX_W];
+    float *out[CPU_MATMUL_MAX_W];
+    int first[CPU_MATMUL_MAX_W + 1];
+    int nw;
     const kiln_type_info *ti;
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
     float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
     uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), else NULL */
     size_t qrow, wrow;
-    int B, n, rows;
-    float *out;
+    int B, n;
 } matmul_job;
 
 static void convert_rows(void *ctx, int lo, int hi, int ith) {
     matmul_job *j = ctx;
     for (int b = lo; b < hi; b++) {
         uint8_t *q = (uint8_t *)j->qx + (size_t)b * j->qrow;
-        kiln_quantize_row_for_dot(j->W->type, j->x + (size_t)b * j->n, q, j->n);
+        kiln_quantize_row_for_dot(j->W[0]->type, j->x + (size_t)b * j->n, q, j->n);
         if (!j->yd) continue;
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
@@ -60,21 +65,21 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
     }
 }
 
-static void dot_rows(void *ctx, int lo, int hi, int ith) {
-    matmul_job *j = ctx;
-    const uint8_t *w = (const uint8_t *)j->W->data;
+/* Weight rows [lo, hi) of W (rows of it in all) against every activation row. */
+static void dot_weight_rows(const matmul_job *j, const kiln_weight *W, float *out, int rows, int lo, int hi) {
+    const uint8_t *w = (const uint8_t *)W->data;
     kiln_vec_dot_fn dot = j->ti->vec_dot_fast ? j->ti->vec_dot_fast : j->ti->vec_dot;
     /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
-                             .yd = j->yd, .yu = j->yu, .out = j->out, .out_stride = (size_t)j->rows};
+                             .yd = j->yd, .yu = j->yu, .out = out, .out_stride = (size_t)rows};
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
-        const cpu_gemm_fn rows = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
-        if (rows) rows(&a, lo, hi, 0, j->B);
+        const cpu_gemm_fn kernel = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
+        if (kernel) kernel(&a, lo, hi, 0, j->B);
         else
             for (int r = lo; r < hi; r++) { /* the plain dot */
                 if (r + CPU_PREFETCH_ROWS < hi) cpu_prefetch_row(w + (size_t)(r + CPU_PREFETCH_ROWS) * j->wrow, j->wrow);
-                dot(j->n, &j->out[r], w + (size_t)r * j->wrow, j->qx);
+                dot(j->n, &out[r], w + (size_t)r * j->wrow, j->qx);
             }
         return;
     }
@@ -84,16 +89,44 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
     for (int b = 0; b < j->B; b += step) gemm(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
 }
 
-void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {
-    const kiln_type_info *ti = kiln_type_get(W->type);
+/* Rows [lo, hi) of the run: the part of each weight's rows that falls inside. */
+static void dot_rows(void *ctx, int lo, int hi, int ith) {
+    const matmul_job *j = ctx;
+    for (int i = 0; i < j->nw; i++) {
+        const int a = lo > j->first[i] ? lo : j->first[i], b = hi < j->first[i + 1] ? hi : j->first[i + 1];
+        if (a < b) dot_weight_rows(j, j->W[i], j->out[i], j->first[i + 1] - j->first[i], a - j->first[i], b - j->first[i]);
+    }
+}
+
+/* Whether W[0..nw) can share one conversion and one run: one type, one input width. */
+static bool same_input(const kiln_weight *const *W, int nw) {
+    for (int i = 1; i < nw; i++)
+        if (W[i]->type != W[0]->type || W[i]->ne[0] != W[0]->ne[0]) return false;
+    return true;
+}
+
+void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const float *x, int B, float *const *out,
+                  void *scratch) {
+    KILN_ASSERT(nw >= 1 && nw <= CPU_MATMUL_MAX_W);
+    if (!same_input(W, nw)) {
+        for (int i = 0; i < nw; i++) cpu_matmul_n(pool, 1, &W[i], x, B, &out[i], scratch);
+        return;
+    }
+    const kiln_type_info *ti = kiln_type_get(W[0]->type);
     KILN_ASSERT(ti && ti->vec_dot);
     matmul_job j = {
-        .W = W, .ti = ti, .x = x, .B = B, .n = (int)W->ne[0], .rows = (int)W->ne[1], .out = out,
-        .wrow = kiln_row_bytes(W->type, W->ne[0]),
-        .qrow = kiln_row_bytes(ti->vec_dot_type, W->ne[0]),
+        .nw = nw, .ti = ti, .x = x, .B = B, .n = (int)W[0]->ne[0],
+        .wrow = kiln_row_bytes(W[0]->type, W[0]->ne[0]),
+        .qrow = kiln_row_bytes(ti->vec_dot_type, W[0]->ne[0]),
     };
+    for (int i = 0; i < nw; i++) {
+        j.W[i] = W[i];
+        j.out[i] = out[i];
+        j.first[i + 1] = j.first[i] + (int)W[i]->ne[1];
+    }
+    const int rows = j.first[nw];
     /* small products run on the calling thread: waking the pool costs more than it saves */
-    const bool inline_run = (uint64_t)j.rows * (uint64_t)j.n * (uint64_t)B < SMALL_MATMUL;
+    const bool inline_run = (uint64_t)rows * (uint64_t)j.n * (uint64_t)B < SMALL_MATMUL;
     if (ti->vec_dot_type == KILN_TYPE_F32) {
         j.qx = (const uint8_t *)x;
     } else {
@@ -105,6 +138,10 @@ void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, fl
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
         else convert_rows(&j, 0, B, 0);
     }
-    if (inline_run) dot_rows(&j, 0, j.rows, 0);
-    else kiln_pool_for(pool, j.rows, ROW_GRAIN, dot_rows, &j);
+    if (inline_run) dot_rows(&j, 0, rows, 0);
+    else kiln_pool_for(pool, rows, ROW_GRAIN, dot_rows, &j);
+}
+
+void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch) {
+    cpu_matmul_n(pool, 1, &W, x, B, &out, scratch);
 }

@@ -18,4 +18,11 @@ size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B);
 /* out[b*rows + r] = dot(W row r, x[b]) for b < B, r < rows = W->ne[1]. scratch: cpu_matmul_scratch_bytes. */
 void cpu_matmul(kiln_pool *pool, const kiln_weight *W, const float *x, int B, float *out, void *scratch);
 
+/* The same for nw <= CPU_MATMUL_MAX_W weights of one input x (q, k and v; gate and up): out[i] of weight W[i],
+ * each result equal to cpu_matmul's. Weights of one type and input width share the conversion of x and one pool
+ * run over all their rows (one wait instead of nw); others run one by one. */
+#define CPU_MATMUL_MAX_W 3
+void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const float *x, int B, float *const *out,
+                  void *scratch);
+
 #endif
