@@ -1,6 +1,8 @@
 /* cpu_gemm.c — the reference block products and the choice of a tiled or small-batch one (cpu_gemm.h). */
 #include "backend/cpu/cpu_gemm.h"
 
+#include <string.h>
+
 #include "formats/blocks.h"
 
 void cpu_gemm_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
@@ -56,7 +58,12 @@ cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot) {
 void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu) {
     const block_q8_0 *blk = y;
     for (int ib = 0; ib < n / QK8_0; ib++)
-        for (int k = 0; k < QK8_0; k++) yu[ib * QK8_0 + k] = (uint8_t)blk[ib].qs[k] ^ 0x80u;
+        for (int k = 0; k < QK8_0; k += 8) { /* 8 bytes at a time */
+            uint64_t v;
+            memcpy(&v, blk[ib].qs + k, sizeof v);
+            v ^= 0x8080808080808080ull;
+            memcpy(yu + ib * QK8_0 + k, &v, sizeof v);
+        }
 }
 
 bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot) {

@@ -8,11 +8,18 @@
 #include "formats/formats.h"
 
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    /* four partial sums: one chain of n dependent double adds was ~2.5% of a 4-sequence decode step; the double
+     * sum of float squares rounds to the same float mean in either order but where it lies within ~1e-16 of a
+     * float boundary */
+    double part[4] = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) part[k] += (double)(x[i + k] * x[i + k]);
+    double sum = (part[0] + part[1]) + (part[2] + part[3]);
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
     const float mean = (float)(sum / n);
     const float scale = 1.0f / sqrtf(mean + eps);
-    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    for (i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
 void cpu_rope_tables(float *cos_t, float *sin_t, int n_ctx, int n_rot, float base, float freq_scale,

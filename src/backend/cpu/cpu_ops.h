@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* y (n,) = x * 1/sqrt(mean(x^2) + eps) * w   (sum of squares in double, like ggml) */
+/* y (n,) = x * 1/sqrt(mean(x^2) + eps) * w   (sum of squares in double, like ggml, in four partial sums) */
 void cpu_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
 /* Rotates one head (head_dim values) in place for position pos, using the tables cos/sin of that
