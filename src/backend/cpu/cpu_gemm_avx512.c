@@ -122,7 +122,12 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
  * zmm (AVX2: two sign operations, a maddubs and a madd more). Prefetch distances measured on the stream
  * benchmark (bench/cpu_gemm_rows.c). */
 #define ROW_PREFETCH 2048
-#define PAIR_PREFETCH 6144
+/* Two rows' prefetch distance: 8 rows ahead within [6, 16] KiB (2 threads: smollm2-135m's 612-byte rows ran best at
+ * 6 KiB, llama-3.2-1b's 2,176-byte rows at 16 KiB, 4 sequences; bench/RESULTS.md) */
+static INLINE size_t pair_prefetch(size_t w_stride) {
+    const size_t d = 8 * w_stride;
+    return d < 6144 ? 6144 : d > 16384 ? 16384 : d;
+}
 static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
     return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
 }
@@ -141,6 +146,7 @@ static INLINE void legacy_rows_pair(const cpu_gemm_args *a, int r, const uint8_t
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     const __m512i pick01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const uint8_t *x0 = a->w + (size_t)r * a->w_stride, *x1 = x0 + a->w_stride;
+    const size_t ahead = pair_prefetch(a->w_stride);
     __m512 acc[CPU_ROW_TN];
     UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm512_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
@@ -152,8 +158,8 @@ static INLINE void legacy_rows_pair(const cpu_gemm_args *a, int r, const uint8_t
         const __m512 dx = _mm512_permutexvar_ps(pick01, _mm512_castps128_ps512(d01)); /* [h2f(d0) x8 | h2f(d1) x8] */
         const __m512i xs = _mm512_inserti64x4(_mm512_castsi256_si512(legacy_weight_block(xb0 + 2, q4)), legacy_weight_block(xb1 + 2, q4), 1);
         const __m512i seed = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xs));
-        _mm_prefetch((const char *)xb0 + PAIR_PREFETCH, _MM_HINT_T0);
-        _mm_prefetch((const char *)xb1 + PAIR_PREFETCH, _MM_HINT_T0);
+        _mm_prefetch((const char *)xb0 + ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)xb1 + ahead, _MM_HINT_T0);
         UNROLL for (int j = 0; j < tn; j++) {
             const __m512i yb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(yu[j] + 32 * ib)));
             const __m512i p = _mm512_dpbusd_epi32(seed, yb, xs);
