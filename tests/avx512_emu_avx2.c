@@ -28,10 +28,21 @@ EMU_BIN_I(sub_epi32, _mm256_sub_epi32)
 EMU_BIN_I(srlv_epi64, _mm256_srlv_epi64)
 EMU_BIN_I(shuffle_epi8, _mm256_shuffle_epi8) /* both: per 128-bit lane */
 EMU_BIN_I(maddubs_epi16, _mm256_maddubs_epi16)
+EMU_BIN_I(madd_epi16, _mm256_madd_epi16)
+EMU_BIN_I(add_epi32, _mm256_add_epi32)
 #undef EMU_BIN_I
 
 AVX2EMU emu_m512i emu_broadcast_i32x4(__m128i v) { const __m256i b = _mm256_broadcastsi128_si256(v); return emu_i(b, b); }
 AVX2EMU emu_m512i emu_broadcast_i64x4(__m256i v) { return emu_i(v, v); }
+/* VSHUFI64X2: 128-bit lanes 0, 1 of the result from a (imm bits 1:0, 3:2), lanes 2, 3 from b (bits 5:4, 7:6). */
+AVX2EMU emu_m512i emu_shuffle_i64x2(emu_m512i a, emu_m512i b, int imm) {
+    __m128i la[4], lb[4], r[4];
+    memcpy(la, &a, sizeof la);
+    memcpy(lb, &b, sizeof lb);
+    for (int i = 0; i < 4; i++) r[i] = i < 2 ? la[(imm >> (2 * i)) & 3] : lb[(imm >> (2 * i)) & 3];
+    memcpy(&a, r, sizeof r);
+    return a;
+}
 AVX2EMU emu_m512i emu_castsi256_si512(__m256i v) { return emu_i(v, _mm256_setzero_si256()); }
 AVX2EMU __m256i emu_castsi512_si256(emu_m512i v) { return v.lo; }
 AVX2EMU emu_m512i emu_inserti64x4(emu_m512i v, __m256i h, int imm) { return imm & 1 ? emu_i(v.lo, h) : emu_i(h, v.hi); }
@@ -87,6 +98,7 @@ EMU_DP(dpbusd256_epi32, dpbusd_lanes, __m256i, uint8_t, int8_t, 8)
 
 AVX2EMU emu_m512 emu_setzero_ps(void) { return emu_f(_mm256_setzero_ps(), _mm256_setzero_ps()); }
 AVX2EMU emu_m512 emu_set1_ps(float v) { return emu_f(_mm256_set1_ps(v), _mm256_set1_ps(v)); }
+AVX2EMU emu_m512 emu_sub_ps(emu_m512 a, emu_m512 b) { return emu_f(_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)); }
 AVX2EMU emu_m512 emu_mul_ps(emu_m512 a, emu_m512 b) { return emu_f(_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)); }
 AVX2EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
     return emu_f(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
@@ -128,6 +140,12 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_shuffle_epi8 emu_shuffle_epi8
 #undef _mm512_maddubs_epi16
 #define _mm512_maddubs_epi16 emu_maddubs_epi16
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16 emu_madd_epi16
+#undef _mm512_add_epi32
+#define _mm512_add_epi32 emu_add_epi32
+#undef _mm512_shuffle_i64x2
+#define _mm512_shuffle_i64x2 emu_shuffle_i64x2
 #undef _mm512_broadcast_i32x4
 #define _mm512_broadcast_i32x4 emu_broadcast_i32x4
 #undef _mm512_broadcast_i64x4
@@ -160,6 +178,8 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_setzero_ps emu_setzero_ps
 #undef _mm512_set1_ps
 #define _mm512_set1_ps emu_set1_ps
+#undef _mm512_sub_ps
+#define _mm512_sub_ps emu_sub_ps
 #undef _mm512_mul_ps
 #define _mm512_mul_ps emu_mul_ps
 #undef _mm512_fmadd_ps

@@ -40,15 +40,6 @@ static inline __m512i k4_scale_pair(__m256i sc, int k) {
     return _mm512_shuffle_epi8(s, idx);
 }
 
-/* The two scale products of a Q4_K weight block with the y.d of up to 4 activation rows (the lanes of yd):
- * pd[j] = y_j.d * h2f(d), pm[j] = y_j.d * h2f(dmin), each the single dot's product, from one 4-lane multiply
- * each; the tile broadcasts them per pair from memory (a load, not a port-5 shuffle). The same in the AVX2 tile
- * measured 11% slower there (bench/RESULTS.md), which keeps its scalar products. */
-static inline void k4_scale_products(__m128 yd, uint16_t d, uint16_t dmin, float pd[4], float pm[4]) {
-    _mm_storeu_ps(pd, _mm_mul_ps(yd, _mm_set1_ps(h2f(d))));
-    _mm_storeu_ps(pm, _mm_mul_ps(yd, _mm_set1_ps(h2f(dmin))));
-}
-
 /* The two 256-bit halves of a zmm added: 8 int32 lanes. */
 static inline __m256i add_halves_epi32(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
@@ -67,13 +58,17 @@ static inline void k4_unpack(const uint8_t *qs, __m256i sc, k4_weights *w) {
     }
 }
 
-/* The integer part of a Q4_K block in kiln_dot_q4_K_avx2 (sum0 + sum1 there): per k the nibbles times the 64
- * activation bytes 64k.., each run of 32 times its scale, summed -> 8 int32 lanes, exact. */
-static inline __m256i k4_block_int(const k4_weights *w, const int8_t *q8) {
+/* The integer part of a Q4_K block in kiln_dot_q4_K_avx2 (sum0 + sum1 there) before its halves are added: per k
+ * the nibbles times the 64 activation bytes 64k.., each run of 32 times its scale, summed -> 16 int32 lanes,
+ * exact; lanes i and i + 8 together are lane i of k4_block_int. */
+static inline __m512i k4_block_int16(const k4_weights *w, const int8_t *q8) {
     __m512i sum = _mm512_setzero_si512();
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
         sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(w->q[k], _mm512_loadu_si512(q8 + 64 * k)), w->s[k]);
-    return add_halves_epi32(sum);
+    return sum;
 }
+
+/* The same -> 8 int32 lanes. */
+static inline __m256i k4_block_int(const k4_weights *w, const int8_t *q8) { return add_halves_epi32(k4_block_int16(w, q8)); }
 
 #endif

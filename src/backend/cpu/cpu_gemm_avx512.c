@@ -8,7 +8,7 @@
  *    block sums of both pairs come from one vpdpbusd. The weight (Q4_0: its nibbles minus 8) is the signed
  *    operand, the activation plus 128 (its sign bit flipped) the unsigned one, and -128 * (sum of the
  *    weight's groups of 4) seeds the accumulator, so the sum is exactly sum x*y.
- *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int), the float steps in ymm per pair.
+ *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int16), the float steps of two pairs in a zmm.
  */
 #include "backend/cpu/cpu_gemm.h"
 
@@ -218,40 +218,51 @@ CPU_GEMM_LEGACY_ROWS(, vnni)
 
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
- * are unpacked once for the tile's activation rows, its scale products with them formed 4 at a time
- * (k4_scale_products). */
+ * are unpacked once for the tile's activation rows, its scale products with them formed 4 at a time. A zmm
+ * holds the 8-lane accumulators of two pairs (one weight row, activation rows 2p low and 2p + 1 high), so the
+ * conversions, FMAs and the mins' products run once for both; lanes never mix, so each pair keeps the single
+ * dot's float steps. An odd last activation row is paired with itself and the copy's result dropped. */
 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
-    const int nb = a->n / QK_K;
+    const int nb = a->n / QK_K, np = (tn + 1) / 2;
+    const __m512i pick[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)};
     const block_q4_K *x[2];
     const block_q8_K *y[4];
-    __m256 acc[2][4], accm[2][4];
+    __m512 acc[2][2], accm[2][2];
     UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q4_K *)(a->w + (size_t)(r + i) * a->w_stride);
-    UNROLL for (int j = 0; j < 4; j++) {
-        y[j] = (const block_q8_K *)(a->y + (size_t)(b + (j < tn ? j : 0)) * a->y_stride);
-        UNROLL for (int i = 0; i < tm; i++) acc[i][j] = accm[i][j] = _mm256_setzero_ps();
-    }
+    UNROLL for (int j = 0; j < 4; j++) y[j] = (const block_q8_K *)(a->y + (size_t)(b + (j < tn ? j : tn - 1)) * a->y_stride);
+    UNROLL for (int i = 0; i < tm; i++) UNROLL for (int p = 0; p < np; p++) acc[i][p] = accm[i][p] = _mm512_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
         const __m128 yd = _mm_setr_ps(y[0][ib].d, y[1][ib].d, y[2][ib].d, y[3][ib].d);
+        __m512i bsums[2];
+        UNROLL for (int p = 0; p < np; p++) bsums[p] = load_2x256(y[2 * p][ib].bsums, y[2 * p + 1][ib].bsums);
         UNROLL for (int i = 0; i < tm; i++) {
             const block_q4_K *xb = &x[i][ib];
             __m256i mins16;
             const __m256i sc = k4_scales_mins(xb->scales, &mins16);
+            const __m512i mins2 = _mm512_broadcast_i64x4(mins16);
             k4_weights w;
             k4_unpack(xb->qs, sc, &w);
-            float pd[4], pm[4];
-            k4_scale_products(yd, xb->d, xb->dmin, pd, pm);
-            UNROLL for (int j = 0; j < tn; j++) {
-                const block_q8_K *yb = &y[j][ib];
-                const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(yb), mins16));
-                accm[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pm[j]), mins, accm[i][j]);
-                const __m256i sum = k4_block_int(&w, yb->qs);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pd[j]), _mm256_cvtepi32_ps(sum), acc[i][j]);
+            /* y_j.d * h2f(d) and y_j.d * h2f(dmin) for the 4 rows, each the single dot's product */
+            const __m512 pd4 = _mm512_castps128_ps512(_mm_mul_ps(yd, _mm_set1_ps(h2f(xb->d))));
+            const __m512 pm4 = _mm512_castps128_ps512(_mm_mul_ps(yd, _mm_set1_ps(h2f(xb->dmin))));
+            UNROLL for (int p = 0; p < np; p++) {
+                const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(bsums[p], mins2));
+                accm[i][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], pm4), mins, accm[i][p]);
+                const __m512i s0 = k4_block_int16(&w, y[2 * p][ib].qs), s1 = k4_block_int16(&w, y[2 * p + 1][ib].qs);
+                /* [s0's halves added | s1's halves added]: each pair's 8 lanes of k4_block_int */
+                const __m512i sum = _mm512_add_epi32(_mm512_shuffle_i64x2(s0, s1, 0x44), _mm512_shuffle_i64x2(s0, s1, 0xEE));
+                acc[i][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], pd4), _mm512_cvtepi32_ps(sum), acc[i][p]);
             }
         }
     }
-    UNROLL for (int j = 0; j < tn; j++)
-        UNROLL for (int i = 0; i < tm; i++)
-            a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(_mm256_sub_ps(acc[i][j], accm[i][j]));
+    UNROLL for (int p = 0; p < np; p++)
+        UNROLL for (int i = 0; i < tm; i++) {
+            const __m512 d = _mm512_sub_ps(acc[i][p], accm[i][p]);
+            float *o = a->out + (size_t)(b + 2 * p) * a->out_stride + (size_t)(r + i);
+            o[0] = hsum_ps(_mm512_castps512_ps256(d));
+            if (2 * p + 1 < tn) o[a->out_stride] = hsum_ps(high_ps(d));
+        }
 }
 
 #define K4_TM 2
