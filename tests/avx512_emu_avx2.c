@@ -105,6 +105,7 @@ AVX2EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
 }
 AVX2EMU emu_m512 emu_cvtepi32_ps(emu_m512i v) { return emu_f(_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)); }
 AVX2EMU __m256 emu_castps512_ps256(emu_m512 v) { return v.lo; }
+AVX2EMU emu_m512 emu_castps256_ps512(__m256 v) { return emu_f(v, _mm256_setzero_ps()); }
 AVX2EMU emu_m512 emu_castps128_ps512(__m128 v) { return emu_f(_mm256_castps128_ps256(v), _mm256_setzero_ps()); }
 /* VPERMPS zmm: lane i = v[idx[i] & 15]. */
 AVX2EMU emu_m512 emu_permutexvar_ps(emu_m512i idx, emu_m512 v) {
@@ -188,6 +189,8 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
 #undef _mm512_castps512_ps256
 #define _mm512_castps512_ps256 emu_castps512_ps256
+#undef _mm512_castps256_ps512
+#define _mm512_castps256_ps512 emu_castps256_ps512
 #undef _mm512_castps128_ps512
 #define _mm512_castps128_ps512 emu_castps128_ps512
 #undef _mm512_permutexvar_ps

@@ -216,6 +216,8 @@ CPU_GEMM_LEGACY_ROWS(, vnni)
 
 /* ------------------------------------------------------------------------------------------ Q4_K */
 
+#define K4_TM 2
+#define K4_TN 6
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
  * are unpacked once for the tile's activation rows, its scale products with them formed 4 at a time. A zmm
@@ -224,17 +226,21 @@ CPU_GEMM_LEGACY_ROWS(, vnni)
  * dot's float steps. An odd last activation row is paired with itself and the copy's result dropped. */
 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
     const int nb = a->n / QK_K, np = (tn + 1) / 2;
-    const __m512i pick[2] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)};
-    const block_q4_K *x[2];
-    const block_q8_K *y[4];
-    __m512 acc[2][2], accm[2][2];
+    const block_q4_K *x[K4_TM];
+    const block_q8_K *y[8];
+    __m512i pick[K4_TN / 2]; /* [lane 2p x8 | lane 2p + 1 x8] */
+    __m512 acc[K4_TM][K4_TN / 2], accm[K4_TM][K4_TN / 2];
+    UNROLL for (int p = 0; p < np; p++) {
+        const int e = 2 * p, o = 2 * p + 1;
+        pick[p] = _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
+    }
     UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q4_K *)(a->w + (size_t)(r + i) * a->w_stride);
-    UNROLL for (int j = 0; j < 4; j++) y[j] = (const block_q8_K *)(a->y + (size_t)(b + (j < tn ? j : tn - 1)) * a->y_stride);
+    UNROLL for (int j = 0; j < 8; j++) y[j] = (const block_q8_K *)(a->y + (size_t)(b + (j < tn ? j : tn - 1)) * a->y_stride);
     UNROLL for (int i = 0; i < tm; i++) UNROLL for (int p = 0; p < np; p++) acc[i][p] = accm[i][p] = _mm512_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
-        const __m128 yd = _mm_setr_ps(y[0][ib].d, y[1][ib].d, y[2][ib].d, y[3][ib].d);
-        __m512i bsums[2];
+        const __m256 yd = _mm256_setr_ps(y[0][ib].d, y[1][ib].d, y[2][ib].d, y[3][ib].d, y[4][ib].d, y[5][ib].d,
+                                         y[6][ib].d, y[7][ib].d);
+        __m512i bsums[K4_TN / 2];
         UNROLL for (int p = 0; p < np; p++) bsums[p] = load_2x256(y[2 * p][ib].bsums, y[2 * p + 1][ib].bsums);
         UNROLL for (int i = 0; i < tm; i++) {
             const block_q4_K *xb = &x[i][ib];
@@ -244,8 +250,8 @@ static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm,
             k4_weights w;
             k4_unpack(xb->qs, sc, &w);
             /* y_j.d * h2f(d) and y_j.d * h2f(dmin) for the 4 rows, each the single dot's product */
-            const __m512 pd4 = _mm512_castps128_ps512(_mm_mul_ps(yd, _mm_set1_ps(h2f(xb->d))));
-            const __m512 pm4 = _mm512_castps128_ps512(_mm_mul_ps(yd, _mm_set1_ps(h2f(xb->dmin))));
+            const __m512 pd4 = _mm512_castps256_ps512(_mm256_mul_ps(yd, _mm256_set1_ps(h2f(xb->d))));
+            const __m512 pm4 = _mm512_castps256_ps512(_mm256_mul_ps(yd, _mm256_set1_ps(h2f(xb->dmin))));
             UNROLL for (int p = 0; p < np; p++) {
                 const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(bsums[p], mins2));
                 accm[i][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], pm4), mins, accm[i][p]);
@@ -265,16 +271,14 @@ static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm,
         }
 }
 
-#define K4_TM 2
-#define K4_TN 4
 #define K4_TILE(tm, tn) \
     static void q4_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q4_K_tile(a, r, b, tm, tn); }
-K4_TILE(1, 1) K4_TILE(1, 2) K4_TILE(1, 3) K4_TILE(1, 4)
-K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4)
+K4_TILE(1, 1) K4_TILE(1, 2) K4_TILE(1, 3) K4_TILE(1, 4) K4_TILE(1, 5) K4_TILE(1, 6)
+K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4) K4_TILE(2, 5) K4_TILE(2, 6)
 #undef K4_TILE
 
 void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const cpu_gemm_tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
-                                               q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4};
+    static const cpu_gemm_tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4, q4_K_1x5, q4_K_1x6,
+                                                        q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4, q4_K_2x5, q4_K_2x6};
     cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
 }
