@@ -4,11 +4,14 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_attn.h"
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_ops.h"
+#include "base/pool.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
 #include "avx512_kernels.h"
@@ -492,3 +495,57 @@ TEST(cpu_softmax_swiglu_avx2_match_reference) {
     CHECK_EQ_INT(rows, 84 * 73);
 }
 #endif
+
+/* cpu_matmul_n (q/k/v, gate/up: one conversion and one pool run over the weights' rows end to end) equals
+ * cpu_matmul of each weight alone bit for bit: weights of one type whose row counts do not fall on the pool's
+ * chunks (40 + 20 + 20 rows), and of mixed types (run one by one), for 1 row (the one-row kernel), 3 (the
+ * small-batch kernel), 9 (the tiles) and 20 activation rows. */
+TEST(cpu_matmul_n_equals_each_weight_alone) {
+    kiln_formats_init();
+    enum { N = 512, MAXB = 20, NW = 3 };
+    static const int rows[NW] = {40, 20, 20};
+    static const uint32_t kinds[2][NW] = {{KILN_TYPE_Q8_0, KILN_TYPE_Q8_0, KILN_TYPE_Q8_0},
+                                          {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K, KILN_TYPE_Q8_0}};
+    static const int batches[] = {1, 3, 9, MAXB};
+    kiln_pool *pool = NULL;
+    REQUIRE_OK(kiln_pool_open(2, &pool));
+    uint64_t rng = 0x6d61746d;
+    static float x[MAXB * N], wf[N], got[NW][MAXB * 40], want[NW][MAXB * 40];
+    for (int i = 0; i < MAXB * N; i++) x[i] = test_rand_normal(&rng);
+    size_t scratch_bytes = 0;
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < NW; i++) {
+            const size_t s = cpu_matmul_scratch_bytes(kinds[t][i], N, MAXB);
+            scratch_bytes = s > scratch_bytes ? s : scratch_bytes;
+        }
+    void *scratch = malloc(scratch_bytes);
+    REQUIRE(scratch != NULL);
+    for (int t = 0; t < 2; t++) {
+        kiln_weight w[NW];
+        void *data[NW];
+        for (int i = 0; i < NW; i++) {
+            const size_t rb = kiln_row_bytes(kinds[t][i], N);
+            data[i] = malloc(rb * (size_t)rows[i]);
+            REQUIRE(data[i] != NULL);
+            for (int r = 0; r < rows[i]; r++) {
+                for (int c = 0; c < N; c++) wf[c] = 0.1f * test_rand_normal(&rng);
+                kiln_type_get(kinds[t][i])->from_float(wf, (uint8_t *)data[i] + (size_t)r * rb, N);
+            }
+            w[i] = (kiln_weight){.data = data[i], .type = kinds[t][i], .ne = {N, (uint64_t)rows[i], 1},
+                                 .nbytes = rb * (size_t)rows[i]};
+        }
+        const kiln_weight *wp[NW] = {&w[0], &w[1], &w[2]};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int B = batches[bi];
+            float *outs[NW] = {got[0], got[1], got[2]};
+            cpu_matmul_n(pool, NW, wp, x, B, outs, scratch);
+            for (int i = 0; i < NW; i++) cpu_matmul(pool, &w[i], x, B, want[i], scratch);
+            for (int i = 0; i < NW; i++)
+                CHECKF(!memcmp(got[i], want[i], sizeof(float) * (size_t)B * (size_t)rows[i]),
+                       "types %d weight %d B %d: cpu_matmul_n differs from cpu_matmul", t, i, B);
+        }
+        for (int i = 0; i < NW; i++) free(data[i]);
+    }
+    free(scratch);
+    kiln_pool_close(pool);
+}
