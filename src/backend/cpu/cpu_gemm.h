@@ -99,7 +99,8 @@ void cpu_gemm_rows_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
 /* Q4_K: the tiled kernel's 1 x 4 tiles, row by row. */
 void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
-/* The same on AVX-512 VNNI (cpu_gemm_avx512.c), reading a->yu (cpu_gemm_flip_row of each activation row). */
+/* The same on AVX-512 VNNI (cpu_gemm_avx512.c), reading a->yu (cpu_gemm_flip_row of each activation row); from 3
+ * activation rows up two weight rows at a time (the halves of a zmm), each still read once. */
 void cpu_gemm_rows_q8_0_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_rows_q4_0_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
