@@ -218,16 +218,17 @@ CPU_GEMM_LEGACY_ROWS(, vnni)
 
 #define K4_TM 2
 #define K4_TN 6
+_Static_assert(K4_TN % 2 == 0 && K4_TN <= 8, "Q4_K tiles: whole pairs of activation rows within yd's 8 lanes");
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales
- * are unpacked once for the tile's activation rows, its scale products with them formed 4 at a time. A zmm
+ * are unpacked once for the tile's activation rows, its scale products with them formed 8 at a time. A zmm
  * holds the 8-lane accumulators of two pairs (one weight row, activation rows 2p low and 2p + 1 high), so the
  * conversions, FMAs and the mins' products run once for both; lanes never mix, so each pair keeps the single
  * dot's float steps. An odd last activation row is paired with itself and the copy's result dropped. */
 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
     const int nb = a->n / QK_K, np = (tn + 1) / 2;
     const block_q4_K *x[K4_TM];
-    const block_q8_K *y[8];
+    const block_q8_K *y[8]; /* the 8 lanes of yd: rows past tn repeat the last */
     __m512i pick[K4_TN / 2]; /* [lane 2p x8 | lane 2p + 1 x8] */
     __m512 acc[K4_TM][K4_TN / 2], accm[K4_TM][K4_TN / 2];
     UNROLL for (int p = 0; p < np; p++) {
@@ -249,7 +250,7 @@ static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const int tm,
             const __m512i mins2 = _mm512_broadcast_i64x4(mins16);
             k4_weights w;
             k4_unpack(xb->qs, sc, &w);
-            /* y_j.d * h2f(d) and y_j.d * h2f(dmin) for the 4 rows, each the single dot's product */
+            /* y_j.d * h2f(d) and y_j.d * h2f(dmin) for the 8 lanes, each the single dot's product */
             const __m512 pd4 = _mm512_castps256_ps512(_mm256_mul_ps(yd, _mm256_set1_ps(h2f(xb->d))));
             const __m512 pm4 = _mm512_castps256_ps512(_mm256_mul_ps(yd, _mm256_set1_ps(h2f(xb->dmin))));
             UNROLL for (int p = 0; p < np; p++) {
