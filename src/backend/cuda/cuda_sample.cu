@@ -15,22 +15,26 @@
  * Weights are each candidate's probability exactly as the CPU computes it (the same float expf argument, the
  * float rounding of e / z), accumulated as 62-bit fixed point: integer sums are exact in any order, so the
  * histogram, the bin and the gathered candidates agree, and a cumulative sum differs from the CPU's double
- * sum only by its rounding (~1e-16 per term). The chosen id therefore equals kiln_sample's except where a
- * cut or the draw lies within that rounding (or CUDA's expf's 2 ulp) of a boundary.
+ * sum only by its rounding (~1e-16 per term; the passes' normalizers, sums of the terms in fixed point, by
+ * ~1e-12). The chosen id therefore equals kiln_sample's except where a cut or the draw lies within that
+ * rounding (or CUDA's expf's 2 ulp) of a boundary.
  *
  * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent; slices of at
- * least 4096 logits, fewer per row when many rows would exceed ~2 blocks per SM): pass 0
- * applies the penalties of each slice and finds its maximum; every later pass is one of SUM (the slices'
- * softmax normalizers), HIST (the slices' histograms added into the row's) or GATHER (the slices' members of
- * the crossing bin appended to the row's list), as the row's record says. The last block of a row to finish a
- * pass (an atomic count) reads the record and runs the chain's next step with 1024 threads: it resolves the
- * bin or the crossing and sets the next pass. Top-k (k <= GCAP): its count histogram, the gather of every
- * candidate up to the crossing bin, then the rest of the chain on those k in shared memory. Top-k off: the
- * normalizers, top-p's histogram (after min-p's cut, a key), its bin, the cut; the draw's histogram over what
- * is kept (its normalizer from the bins' sums of terms above the cut), its bin, the id. What the passes do not
- * resolve (top-k > GCAP, a crossing bin of more than GCAP equal logits, u beyond the rounded total) runs the
- * whole chain on one block (chain_block: the same select, splitting a crowded bin 2048 ways by K), as does
- * a row that would need more passes than there are.
+ * least 4096 logits, fewer per row when many rows would exceed ~2 blocks per SM): pass 0 applies the penalties
+ * of each slice and finds its maximum; every later pass is HIST (the slices' histograms added into the row's)
+ * or GATHER (the slices' members of a few bins appended to the row's list), as the row's record says. The last
+ * block of a row to finish a pass (an atomic count) reads the record and runs the chain's next step with 1024
+ * threads: it resolves a bin or a crossing and sets the next pass. Top-k (k <= GCAP): its count histogram, the
+ * gather of every candidate up to the crossing bin, then the rest of the chain on those k in shared memory.
+ * Top-k off: one HIST of every candidate's terms expf(l - mx) and expf((l - mx) / t) in 62-bit fixed point
+ * (exact integer sums: the normalizers and the bins agree in any order; min-p's cut, a key, set before it);
+ * they place top-p's crossing (and then the draw's) within a bin of where the exact weights cross, so a GATHER
+ * of the bins around it, which also sums the slices' exact weights below them, finds the exact crossing; the
+ * draw's normalizer over what the cut keeps comes from the histogram. So top-p and the draw take pass 0, HIST
+ * and two GATHERs; temperature and min-p alone one GATHER. What the passes do not resolve (top-k > GCAP, a
+ * crowd of more than GCAP equal logits near a crossing, a crossing that rounding moved out of the gathered bins,
+ * u beyond the rounded total) runs the whole chain on one block (chain_block: the same select, splitting a
+ * crowded bin 2048 ways by K), as does a row that would need more passes than there are.
  */
 #include "backend/cuda/cuda_sample.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
@@ -529,53 +533,66 @@ __device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, i
 
 constexpr int SLICE = 4096; /* logits per block of a pass at least (at most GMAX blocks per row) */
 constexpr int GMAX = 64;
-constexpr int GRID_BLOCKS = 256; /* blocks of a pass at most (~2 per SM) unless the rows alone are more: many
-                                  * rows take fewer, larger slices each rather than waves of small blocks */
+constexpr int GRID_BLOCKS = 256; /* blocks of a pass at most (two waves: one block of 1024 threads fits an SM)
+                                  * unless the rows alone are more: many rows take fewer, larger slices each */
+constexpr int GATHER_SLICE = 1024, GATHER_BLOCKS = 128; /* the GATHERs (passes 2 and later), which merge no
+                                  * histogram: slices of 1024 logits at least, one wave of blocks at most */
 constexpr int NPASS = CK_SAMPLE_PASSES;
 
 /* OP_IDLE: a pass that reads nothing (pass 0's fallback runs in pass 1: pass 0's blocks wrote the penalties, which
  * the last block's L1 may hold stale lines of; a new kernel reads them fresh) */
-enum { OP_NONE, OP_SUM, OP_HIST, OP_GATHER, OP_IDLE };
-enum { PH_PLAN, PH_SUMS, PH_TOPK_BIN, PH_TOPK_SET, PH_TOPP_BIN, PH_TOPP_CUT, PH_DRAW_BIN, PH_DRAW_PICK, PH_FALLBACK };
+enum { OP_NONE, OP_HIST, OP_GATHER, OP_IDLE };
+enum { PH_PLAN, PH_TOPK_BIN, PH_TOPK_SET, PH_HIST, PH_TOPP_CUT, PH_DRAW_PICK, PH_FALLBACK };
 enum { ST_DONE, ST_ISSUED, ST_FALLBACK }; /* what a step did */
+/* What a HIST pass counts per value bin of the set: its candidates (top-k); and their terms at the temperature
+ * (the draw); and their terms at temperature 1, with every logit's term at 1 summed per slice (top-p). */
+enum { HM_COUNT, HM_DRAW, HM_TOPP };
 
-struct part_t {    /* one block's partial of pass 0 (max) or a SUM */
+struct part_t {    /* one block's partial of pass 0 (the maximum), of a HIST or of a GATHER */
     u64 kmax;
-    double s1, st; /* sums of (double)expf(l - mx) and (double)expf((l - mx) / temp) */
+    u64 s;         /* HIST: the slice's terms at 1 (fixed); GATHER: the weights of the set below the bins */
     float fmin;
     int pad;
 };
 
 /* A row's record in device memory (zero before the first pass of a session; every pass leaves its counter at
  * zero): the next pass and its parameters, the chain's values carried between steps, the blocks' partials, the
- * histogram that a HIST pass fills and the keys that a GATHER pass appends. */
+ * histograms that a HIST pass fills and the keys that a GATHER pass appends. */
 struct row_t {
     unsigned counter;      /* blocks of the current pass that finished */
     int op, phase;         /* the next pass (OP_*) and the step after it (PH_*) */
-    int n_gather, expect;  /* keys a GATHER appended / the count its bin(s) hold */
-    int gbin, gprefix;     /* GATHER: the members of value bin gbin (gprefix: of bins 0..gbin) */
-    int wcount, strict;
+    int hmode;             /* HIST: HM_* */
+    int n_gather, expect;  /* keys a GATHER appended / the count its bins hold */
+    int glo, ghi;          /* GATHER: the members of value bins glo..ghi */
+    int wsum;              /* GATHER: sum the exact weights of the set's members below bin glo */
     int one_block;         /* the call's id came from chain_block (ck_sample_path_offset) */
     float mx, vmin, scale; /* bins linear in the logit over [vmin, mx] */
-    float wtemp, etemp;    /* HIST: weight at wtemp (or 1: wcount); etemp > 0: the bins' sums of its terms too */
+    float fx;              /* a term's fixed point: 2^(62 - ceil(log2 V)) */
+    float wtemp;           /* the exact weights: probabilities at wtemp with 1 / z = wzinv */
+    double wzinv;
     u64 kmax, kmin;        /* the maximum's key; the set is K >= kmin */
-    u64 target, before, cnt_before;
-    double wzinv, ebefore;
+    u64 target;            /* top-k: k; otherwise the crossing's target in the exact weights */
+    u64 cnt_lo;            /* the set's candidates below bin glo */
     part_t part[GMAX];
-    u64 hw[NBIN];          /* HIST: weight, terms at etemp, candidates per bin */
-    double he[NBIN];
+    u64 h1[NBIN];          /* HIST: terms at 1, terms at the temperature, candidates per bin */
+    u64 ht[NBIN];
     unsigned hc[NBIN];
     u64 gk[GCAP];          /* GATHER: keys (at most GCAP kept) */
 };
 constexpr size_t ROW_BYTES = (sizeof(row_t) + 255) / 256 * 256;
-static_assert(sizeof(u64) * 2 * GCAP == sizeof(double) * NBIN, "a block's terms per bin alias its gathered keys");
+static_assert(sizeof(u64) * 2 * GCAP == sizeof(u64) * NBIN, "a block's terms per bin alias its gathered keys");
 
 /* Blocks per row of a pass over n_rows rows of V logits. */
-static int n_slices(int V, int n_rows) {
-    int g = (V + SLICE - 1) / SLICE;
-    const int cap = GRID_BLOCKS / n_rows;
+static int slices_of(int V, int slice, int cap) {
+    int g = (V + slice - 1) / slice;
     g = g < cap ? g : cap;
     return g < 1 ? 1 : g > GMAX ? GMAX : g;
+}
+static int n_slices(int V, int n_rows, int pass) {
+    const int g = slices_of(V, SLICE, GRID_BLOCKS / n_rows);
+    if (pass < 2) return g; /* pass 0 and the HIST */
+    const int gg = slices_of(V, GATHER_SLICE, GATHER_BLOCKS / n_rows);
+    return gg > g ? gg : g;
 }
 __host__ __device__ __forceinline__ size_t row_bytes(int V) { return ROW_BYTES + ((size_t)V * 4 + 255) / 256 * 256; }
 
@@ -584,6 +601,10 @@ __device__ __forceinline__ int vbin(float mx, float l, float scale) {
     const float t = __fmul_rn(__fsub_rn(mx, l), scale);
     return t < (float)NBIN ? (int)t : NBIN - 1;
 }
+
+/* A term e in [0, 1] in the histograms' fixed point: e * fx (exact: a power of two) rounded to an integer; the
+ * terms of a row sum below 2^62, exactly in any order. */
+__device__ __forceinline__ u64 fixed(float e, float fx) { return __float2ull_rn(__fmul_rn(e, fx)); }
 
 /* pass 0: the slice's penalties, then its maximum key and lowest finite logit */
 __device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi, row_t *R, smem_t &sm) {
@@ -602,52 +623,59 @@ __device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi
     if (threadIdx.x == 0) R->part[blockIdx.x].kmax = kmax, R->part[blockIdx.x].fmin = fmin;
 }
 
-/* SUM: the slice's sums of the set's terms at temperature 1 and at the sampler's */
-__device__ void pass_sum(const kiln_sample_spec *sp, const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
-    const float mx = R->mx, temp = sp->temperature;
+/* HIST: the slice's histograms in shared memory (as R->hmode says), then added to the row's */
+__device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    const float mx = R->mx, scale = R->scale, fx = R->fx, temp = sp->temperature;
     const u64 kmin = R->kmin;
-    double a1 = 0.0, at = 0.0;
-    for (int i = lo + threadIdx.x; i < hi; i += ST) {
-        const float l = clean(lg[i]);
-        if (order_key(l, i) < kmin) continue;
-        a1 += (double)term(l, mx, 1.0f);
-        at += (double)term(l, mx, temp);
-    }
-    a1 = block_sum_d(a1, sm);
-    at = block_sum_d(at, sm);
-    if (threadIdx.x == 0) R->part[blockIdx.x].s1 = a1, R->part[blockIdx.x].st = at;
-}
-
-/* HIST: the slice's histogram in shared memory, then added to the row's */
-__device__ void pass_hist(const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
-    const float mx = R->mx, scale = R->scale, etemp = R->etemp;
-    const u64 kmin = R->kmin;
-    const wfn W = {R->wcount != 0, R->wtemp, R->wzinv};
-    double *he = (double *)sm.gk; /* gk and sk: 2 GCAP keys = NBIN doubles */
-    for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0, he[b] = 0.0;
+    const int mode = R->hmode;
+    u64 *ht = (u64 *)sm.gk; /* gk and sk: 2 GCAP keys = NBIN terms */
+    for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0, ht[b] = 0;
     __syncthreads();
+    u64 s1 = 0;
     for (int i = lo + threadIdx.x; i < hi; i += ST) {
         const float l = clean(lg[i]);
-        if (order_key(l, i) < kmin) continue;
+        const bool in = order_key(l, i) >= kmin;
+        if (mode == HM_COUNT) {
+            if (in) atomicAdd(&sm.hc[vbin(mx, l, scale)], 1u);
+            continue;
+        }
+        const u64 f1 = mode == HM_TOPP ? fixed(term(l, mx, 1.0f), fx) : 0;
+        s1 += f1;
+        if (!in) continue;
         const int b = vbin(mx, l, scale);
-        atomicAdd(&sm.hw[b], weight(W, mx, l));
         atomicAdd(&sm.hc[b], 1u);
-        if (etemp > 0.0f) atomicAdd(&he[b], (double)term(l, mx, etemp));
+        if (mode == HM_TOPP) atomicAdd(&sm.hw[b], f1);
+        atomicAdd(&ht[b], mode == HM_TOPP && temp == 1.0f ? f1 : fixed(term(l, mx, temp), fx));
+    }
+    if (mode == HM_TOPP) {
+        s1 = block_sum_u64(s1, sm);
+        if (threadIdx.x == 0) R->part[blockIdx.x].s = s1;
     }
     __syncthreads();
     for (int b = threadIdx.x; b < NBIN; b += ST) {
         if (!sm.hc[b]) continue;
-        atomicAdd(&R->hw[b], sm.hw[b]);
         atomicAdd(&R->hc[b], sm.hc[b]);
-        if (etemp > 0.0f) atomicAdd(&R->he[b], he[b]);
+        if (mode == HM_TOPP) atomicAdd(&R->h1[b], sm.hw[b]);
+        if (mode != HM_COUNT) atomicAdd(&R->ht[b], ht[b]);
     }
 }
 
-/* GATHER: appends the keys of the slice's members of the chosen bin(s) to the row's list */
-__device__ void pass_gather(const float *lg, int lo, int hi, row_t *R) {
+/* The share of block g of G of zeroing the row's histograms (for the next call's HIST). */
+__device__ void zero_hist(row_t *R, int g, int G) {
+    const int per = (NBIN + G - 1) / G, b1 = min(NBIN, (g + 1) * per);
+    for (int b = g * per + (int)threadIdx.x; b < b1; b += ST) R->h1[b] = 0, R->ht[b] = 0, R->hc[b] = 0;
+}
+
+/* GATHER: appends the keys of the slice's members of bins glo..ghi to the row's list; with wsum, the slice's
+ * exact weights of the set's members below bin glo too. The chain's last GATHER (its step reads no histogram)
+ * zeroes the row's histograms as well. */
+__device__ void pass_gather(const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    if (R->phase == PH_DRAW_PICK || R->phase == PH_TOPK_SET) zero_hist(R, blockIdx.x, gridDim.x);
     const float mx = R->mx, scale = R->scale;
     const u64 kmin = R->kmin;
-    const int gb = R->gbin, prefix = R->gprefix, lane = threadIdx.x & 31;
+    const int glo = R->glo, ghi = R->ghi, wsum = R->wsum, lane = threadIdx.x & 31;
+    const wfn W = {false, R->wtemp, R->wzinv};
+    u64 below = 0;
     for (int i0 = lo + (int)threadIdx.x - lane; i0 < hi; i0 += ST) {
         const int i = i0 + lane;
         bool q = false;
@@ -657,7 +685,8 @@ __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R) {
             k = order_key(l, i);
             if (k >= kmin) {
                 const int b = vbin(mx, l, scale);
-                q = prefix ? b <= gb : b == gb;
+                q = b >= glo && b <= ghi;
+                if (wsum && b < glo) below += weight(W, mx, l);
             }
         }
         const unsigned m = __ballot_sync(0xffffffffu, q);
@@ -667,31 +696,32 @@ __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R) {
         const int at = base + __popc(m & ((1u << lane) - 1u));
         if (q && at < GCAP) R->gk[at] = k;
     }
+    if (wsum) {
+        below = block_sum_u64(below, sm);
+        if (threadIdx.x == 0) R->part[blockIdx.x].s = below;
+    }
 }
 
-/* ---- the steps (the last block of a pass, all its threads; R's scalars from earlier steps, the blocks'
- * results of this pass through L2) */
+/* ---- the steps (the last block of a pass, all its threads; R's scalars from earlier steps, the blocks' results
+ * of this pass through L2) */
 
-/* Sets the next pass to HIST over K >= kmin with bins over [vlo, mx], then step `phase` (the row's histogram
- * zeroed for it). */
-__device__ int issue_hist(row_t *R, int phase, bool count, float wtemp, double wzinv, float etemp, u64 kmin,
-                          float vlo, u64 target, bool strict) {
+/* Sets the next pass to HIST (mode) over K >= kmin with bins over [vlo, mx], then step `phase`. */
+__device__ int issue_hist(row_t *R, int phase, int mode, u64 kmin, float vlo, u64 target) {
     __syncthreads(); /* every thread has read R's old values */
-    for (int b = threadIdx.x; b < NBIN; b += ST) R->hw[b] = 0, R->hc[b] = 0, R->he[b] = 0.0;
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) { /* the histograms are zero (the chain's last GATHER or its fallback left them so) */
         const float mx = R->mx;
-        R->op = OP_HIST, R->phase = phase;
-        R->wcount = count, R->wtemp = wtemp, R->wzinv = wzinv, R->etemp = etemp;
+        R->op = OP_HIST, R->phase = phase, R->hmode = mode;
         R->kmin = kmin, R->vmin = vlo, R->scale = mx > vlo ? (float)NBIN / (mx - vlo) : 0.0f;
-        R->target = target, R->strict = strict;
+        R->target = target;
     }
     return ST_ISSUED;
 }
 
-/* Sets the next pass to GATHER the members of bin b (prefix: of bins 0..b), `expect` of them. */
-__device__ int issue_gather(row_t *R, int phase, int b, bool prefix, int expect) {
+/* Sets the next pass to GATHER the members of bins lo..hi (`expect` of them), without weights. */
+__device__ int issue_gather(row_t *R, int phase, int lo, int hi, int expect) {
     __syncthreads();
-    if (threadIdx.x == 0) R->op = OP_GATHER, R->phase = phase, R->gbin = b, R->gprefix = prefix, R->expect = expect, R->n_gather = 0;
+    if (threadIdx.x == 0)
+        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->wsum = 0, R->expect = expect, R->n_gather = 0;
     return ST_ISSUED;
 }
 
@@ -701,10 +731,45 @@ __device__ int finish(row_t *R, int *out, int id) {
     return ST_DONE;
 }
 
-/* The row's histogram into sm.hw / sm.hc, then the bin where the cumulative weight crosses R's target. */
-__device__ void hist_cross(const row_t *R, smem_t &sm) {
-    for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = __ldcg(&R->hw[b]), sm.hc[b] = __ldcg(&R->hc[b]);
-    cross_bins(0, 0, R->target, R->strict != 0, sm);
+/* The row's histogram `h` (NULL: the counts) and its counts into sm.hw / sm.hc. */
+__device__ void hist_load(const row_t *R, const u64 *h, smem_t &sm) {
+    __syncthreads(); /* sm.hw's earlier readers are done */
+    for (int b = threadIdx.x; b < NBIN; b += ST) {
+        const unsigned c = __ldcg(&R->hc[b]);
+        sm.hc[b] = c, sm.hw[b] = h ? __ldcg(&h[b]) : c;
+    }
+    __syncthreads();
+}
+
+/* Sum of sm.hw (or of sm.hc) over bins [lo, hi) (every thread gets it). */
+__device__ u64 bins_sum(int lo, int hi, bool counts, smem_t &sm) {
+    u64 s = 0;
+    for (int b = lo + (int)threadIdx.x; b < hi; b += ST) s += counts ? sm.hc[b] : sm.hw[b];
+    return block_sum_u64(s, sm);
+}
+
+/* Warp 0 over the blocks' partials of this pass: the largest kmax, the lowest fmin and the sum of s (into
+ * sm.c_w, sm.redf[0], sm.c_before). */
+__device__ void sum_parts(const row_t *R, smem_t &sm) {
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        u64 km = 0, s = 0;
+        float fm = INFINITY;
+        for (int g = threadIdx.x; g < (int)gridDim.x; g += 32) {
+            const u64 k = __ldcg(&R->part[g].kmax);
+            km = k > km ? k : km;
+            fm = fminf(fm, __ldcg(&R->part[g].fmin));
+            s += __ldcg(&R->part[g].s);
+        }
+        for (int o = 16; o; o >>= 1) {
+            const u64 k = __shfl_xor_sync(0xffffffffu, km, o);
+            km = k > km ? k : km;
+            fm = fminf(fm, __shfl_xor_sync(0xffffffffu, fm, o));
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        }
+        if (threadIdx.x == 0) sm.c_w = km, sm.redf[0] = fm, sm.c_before = s;
+    }
+    __syncthreads();
 }
 
 /* The gathered keys, sorted into sm.sk; their number, or -1 when it is not the count expected. */
@@ -717,81 +782,44 @@ __device__ int gathered_sorted(const row_t *R, smem_t &sm) {
     return m;
 }
 
-/* Sum over the bins b < nb of the row's terms per bin (every thread gets it). */
-__device__ double bins_terms(const row_t *R, int nb, smem_t &sm) {
-    double e = 0.0;
-    for (int b = threadIdx.x; b < nb; b += ST) e += __ldcg(&R->he[b]);
-    return block_sum_d(e, sm);
-}
-
-/* after pass 0: the maximum, then the chain's first pass */
+/* after pass 0: the maximum, then the chain's histogram (min-p's cut first: the lowest logit whose term
+ * expf(l - mx) reaches min-p, the CPU's p >= p_max * min-p but for rounding) */
 __device__ int step_plan(const kiln_sample_spec *sp, row_t *R, int V, int *out, smem_t &sm) {
-    if (threadIdx.x == 0) {
-        u64 km = 0;
-        float fm = INFINITY;
-        for (int g = 0; g < (int)gridDim.x; g++) {
-            const u64 k = __ldcg(&R->part[g].kmax);
-            km = k > km ? k : km;
-            fm = fminf(fm, __ldcg(&R->part[g].fmin));
-        }
-        sm.c_w = km, sm.redf[0] = fm;
-    }
     if (threadIdx.x == 0) R->one_block = 0;
-    __syncthreads();
+    sum_parts(R, sm);
     const u64 kmax = sm.c_w;
     const float fmin = sm.redf[0], mx = key_value(kmax), temp = sp->temperature;
     if (!(temp > 0.0f) || !(mx > -INFINITY)) return finish(R, out, key_id(kmax)); /* greedy (or no finite logit) */
     __syncthreads();
-    if (threadIdx.x == 0) R->kmax = kmax, R->mx = mx;
+    if (threadIdx.x == 0) {
+        int c = 0;
+        while (c < 31 && (1u << c) < (unsigned)V) c++;
+        R->kmax = kmax, R->mx = mx, R->fx = (float)(1ull << (62 - c));
+    }
     __syncthreads();
     const float vmin = fmin < mx ? fmin : mx;
-    const bool top_k = sp->top_k > 0 && sp->top_k < V, top_p = sp->top_p < 1.0f, min_p = sp->min_p > 0.0f;
-    if (top_k) {
+    if (sp->top_k > 0 && sp->top_k < V) {
         if (sp->top_k > GCAP) return ST_FALLBACK;
-        return issue_hist(R, PH_TOPK_BIN, true, 1.0f, 1.0, 0.0f, 0, vmin, (u64)sp->top_k, false);
+        return issue_hist(R, PH_TOPK_BIN, HM_COUNT, 0, vmin, (u64)sp->top_k);
     }
     u64 k0 = 0;
     float v0 = vmin;
-    if (min_p && !top_p) { /* min-p alone: its normalizer is 1, its cut known now */
-        k0 = min_p_key(mx, 1.0, __fmul_rn(1.0f, sp->min_p), sm);
+    if (sp->min_p > 0.0f) {
+        k0 = min_p_key(mx, 1.0, sp->min_p, sm);
         v0 = key_value(k0);
     }
-    __syncthreads();
-    if (threadIdx.x == 0) R->op = OP_SUM, R->phase = PH_SUMS, R->kmin = k0, R->vmin = v0;
-    return ST_ISSUED;
-}
-
-/* after SUM: the normalizers; top-p's histogram (min-p's cut first), else the draw's */
-__device__ int step_sums(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
-    if (threadIdx.x == 0) {
-        double s1 = 0.0, st = 0.0;
-        for (int g = 0; g < (int)gridDim.x; g++) s1 += __ldcg(&R->part[g].s1), st += __ldcg(&R->part[g].st);
-        sm.redd[0] = s1, sm.redd[1] = st;
-    }
-    __syncthreads();
-    const double s1 = sm.redd[0], st = sm.redd[1];
-    const float mx = R->mx, temp = sp->temperature;
-    u64 kmin = R->kmin;
-    float vmin = R->vmin;
-    if (sp->top_p < 1.0f) {
-        const double zinv = 1.0 / s1;
-        if (sp->min_p > 0.0f) {
-            const u64 kb = min_p_key(mx, zinv, __fmul_rn((float)zinv, sp->min_p), sm);
-            if (kb > kmin) kmin = kb, vmin = key_value(kb);
-        }
-        return issue_hist(R, PH_TOPP_BIN, false, 1.0f, zinv, temp, kmin, vmin, (u64)((double)sp->top_p * FP_ONE), false);
-    }
-    return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / st, 0.0f, kmin, vmin, (u64)(sp->u * FP_ONE), true);
+    return issue_hist(R, PH_HIST, sp->top_p < 1.0f ? HM_TOPP : HM_DRAW, k0, v0, 0);
 }
 
 /* after top-k's count histogram: gather every candidate up to the crossing bin (a prefix of the order) */
 __device__ int step_topk_bin(row_t *R, smem_t &sm) {
-    hist_cross(R, sm);
+    hist_load(R, nullptr, sm);
+    cross_bins(0, 0, R->target, false, sm);
     const int b = sm.chosen;
     if (b < 0) return ST_FALLBACK;
     const u64 p = sm.c_before + sm.hc[b];
     if (p > GCAP) return ST_FALLBACK; /* ties of more than GCAP at the top */
-    return issue_gather(R, PH_TOPK_SET, b, true, (int)p);
+    return issue_gather(R, PH_TOPK_SET, 0, b, (int)p);
 }
 
 /* after the top-k prefix's gather: the k candidates sorted, the rest of the chain in shared memory */
@@ -805,69 +833,114 @@ __device__ int step_topk_set(const kiln_sample_spec *sp, row_t *R, int *out, sme
     return finish(R, out, tail_sorted(sp, (int)r.n_incl, mx, R->kmax, sm));
 }
 
-/* after top-p's histogram: gather the crossing bin; no crossing (the rounded mass below top-p): no cut */
-__device__ int step_topp_bin(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
-    hist_cross(R, sm);
-    const int b = sm.chosen;
-    const float temp = sp->temperature;
-    if (b < 0)
-        return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / bins_terms(R, NBIN, sm), 0.0f, R->kmin, R->vmin,
-                          (u64)(sp->u * FP_ONE), true);
-    const int n = (int)sm.hc[b];
-    const u64 before = sm.c_w, cnt_before = sm.c_before;
+/* The crossing of the exact weights lies near bin b of the histogram in sm.hw / sm.hc (its terms in fixed
+ * point: they differ from the exact weights' cumulative only by rounding): sets the next pass to GATHER bins
+ * b - 1 .. b + 1 (b alone when they hold more than GCAP) of the set K >= kmin, summing the exact weights (at
+ * temp, 1 / z = zinv) of the set's members below them, then step `phase` to the target. */
+__device__ int issue_near(row_t *R, int phase, int b, u64 kmin, float temp, double zinv, u64 target, smem_t &sm) {
+    int lo = b > 0 ? b - 1 : 0, hi = b < NBIN - 1 ? b + 1 : NBIN - 1;
+    u64 n = bins_sum(lo, hi + 1, true, sm);
+    if (n > GCAP) lo = hi = b, n = sm.hc[b];
     if (n > GCAP) return ST_FALLBACK;
-    const double eb = bins_terms(R, b, sm);
+    const u64 cnt_lo = bins_sum(0, lo, true, sm);
     __syncthreads();
-    if (threadIdx.x == 0) R->before = before, R->cnt_before = cnt_before, R->ebefore = eb;
-    return issue_gather(R, PH_TOPP_CUT, b, false, n);
+    if (threadIdx.x == 0) {
+        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->wsum = 1, R->expect = (int)n;
+        R->n_gather = 0, R->kmin = kmin, R->wtemp = temp, R->wzinv = zinv, R->target = target;
+        R->cnt_lo = cnt_lo;
+    }
+    return ST_ISSUED;
 }
 
-/* after the gather of top-p's bin: the cut, the draw's normalizer over what it keeps, the draw's histogram */
+/* The draw over the set K >= kmin whose terms at the temperature are in sm.hw / sm.hc up to bin `last`, zt
+ * their sum: gather near the bin where u of zt is crossed. */
+__device__ int issue_draw(const kiln_sample_spec *sp, row_t *R, u64 kmin, u64 zt, int last, smem_t &sm) {
+    if (zt == 0) return ST_FALLBACK;
+    const u64 t = (u64)(sp->u * (double)zt);
+    cross_bins(0, 0, t < zt ? t : zt - 1, true, sm);
+    const int b = sm.chosen;
+    if (b < 0 || b > last) return ST_FALLBACK;
+    return issue_near(R, PH_DRAW_PICK, b, kmin, sp->temperature, (double)R->fx / (double)zt,
+                      (u64)(sp->u * FP_ONE), sm);
+}
+
+/* after the HIST of the draw or of top-p: gather near the bin of top-p's crossing (its normalizer: the
+ * slices' sums), or, without a cut, near the draw's */
+__device__ int step_hist(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    if (R->hmode == HM_TOPP) {
+        sum_parts(R, sm);
+        const u64 z1 = sm.c_before;
+        hist_load(R, R->h1, sm);
+        cross_bins(0, 0, (u64)((double)sp->top_p * (double)z1), false, sm);
+        if (sm.chosen >= 0)
+            return issue_near(R, PH_TOPP_CUT, sm.chosen, R->kmin, 1.0f, (double)R->fx / (double)z1,
+                              (u64)((double)sp->top_p * FP_ONE), sm);
+        /* the set (min-p's) holds less than top-p of the mass: no cut */
+    }
+    hist_load(R, R->ht, sm);
+    return issue_draw(sp, R, R->kmin, bins_sum(0, NBIN, false, sm), NBIN - 1, sm);
+}
+
+/* Over the gathered candidates (sorted) in the exact weights W after the set's members below them (the slices'
+ * sums): the first where the cumulative crosses R's target; its position, or -1 none. cnt_lo: the candidates
+ * of the set before the gathered (the set's first crosses a zero target). */
+__device__ int near_cross(int m, const wfn &W, bool strict, smem_t &sm, const row_t *R) {
+    const u64 before = sm.c_before; /* sum_parts */
+    const int t = threadIdx.x;
+    const u64 w = t < m ? weight(W, R->mx, key_value(sm.sk[t])) : 0;
+    u64 total;
+    const u64 ex = before + block_exscan_u64(w, &total, sm);
+    if (t == 0) sm.chosen = -1;
+    __syncthreads();
+    const u64 target = R->target;
+    if (t < m && crosses(ex + w, target, strict) && (R->cnt_lo + (u64)t == 0 || !crosses(ex, target, strict)))
+        sm.chosen = t;
+    __syncthreads();
+    const int c = sm.chosen;
+    __syncthreads();
+    return c;
+}
+
+/* after the gather near top-p's crossing: the cut (exact), then the draw over what it keeps, from the histogram
+ * of terms with the cut's bin reduced to its kept members (all of them gathered) and the bins after it empty */
 __device__ int step_topp_cut(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    sum_parts(R, sm);
     const int m = gathered_sorted(R, sm);
     if (m < 0) return ST_FALLBACK;
-    const float mx = R->mx, temp = sp->temperature;
     const wfn W = {false, 1.0f, R->wzinv};
-    const sel_out r = cross_sorted(m, W, mx, R->before, R->cnt_before, R->target, false, sm);
-    if (!r.found) return ST_FALLBACK;
-    const int j = (int)(r.n_incl - R->cnt_before); /* the bin's members kept: sm.sk[0..j) */
-    const double e = (int)threadIdx.x < j ? (double)term(key_value(sm.sk[threadIdx.x]), mx, temp) : 0.0;
-    const double z = R->ebefore + block_sum_d(e, sm);
-    return issue_hist(R, PH_DRAW_BIN, false, temp, 1.0 / z, 0.0f, r.k, key_value(r.k), (u64)(sp->u * FP_ONE), true);
-}
-
-/* after the draw's histogram: gather the crossing bin (none: u beyond the rounded total, the fallback's case) */
-__device__ int step_draw_bin(row_t *R, smem_t &sm) {
-    hist_cross(R, sm);
-    const int b = sm.chosen;
-    if (b < 0) return ST_FALLBACK;
-    const int n = (int)sm.hc[b];
-    const u64 before = sm.c_w, cnt_before = sm.c_before;
-    if (n > GCAP) return ST_FALLBACK;
+    const int cut = near_cross(m, W, false, sm, R);
+    if (cut < 0) return ST_FALLBACK; /* the rounding moved the crossing out of the gathered bins */
+    const int t = threadIdx.x;
+    const float mx = R->mx, scale = R->scale;
+    const u64 kcut = sm.sk[cut];
+    const int last = vbin(mx, key_value(kcut), scale);
+    const bool mine = t <= cut && vbin(mx, key_value(sm.sk[t]), scale) == last;
+    const u64 n_last = block_sum_u64(mine ? 1 : 0, sm);
+    const u64 t_last = block_sum_u64(mine ? fixed(term(key_value(sm.sk[t]), mx, sp->temperature), R->fx) : 0, sm);
+    hist_load(R, R->ht, sm);
+    for (int b = last + t; b < NBIN; b += ST) sm.hc[b] = b == last ? (unsigned)n_last : 0, sm.hw[b] = b == last ? t_last : 0;
     __syncthreads();
-    if (threadIdx.x == 0) R->before = before, R->cnt_before = cnt_before;
-    return issue_gather(R, PH_DRAW_PICK, b, false, n);
+    return issue_draw(sp, R, kcut, bins_sum(0, NBIN, false, sm), last, sm);
 }
 
-/* after the gather of the draw's bin: the drawn candidate */
+/* after the gather near the draw's crossing: the drawn candidate (exact) */
 __device__ int step_draw_pick(const kiln_sample_spec *sp, row_t *R, int *out, smem_t &sm) {
+    sum_parts(R, sm);
     const int m = gathered_sorted(R, sm);
     if (m < 0) return ST_FALLBACK;
     const wfn W = {false, sp->temperature, R->wzinv};
-    const sel_out r = cross_sorted(m, W, R->mx, R->before, R->cnt_before, R->target, true, sm);
-    if (!r.found) return ST_FALLBACK;
-    return finish(R, out, key_id(r.k));
+    const int pick = near_cross(m, W, true, sm, R);
+    if (pick < 0) return ST_FALLBACK; /* rounding, or u beyond the rounded total: the one-block chain */
+    return finish(R, out, key_id(sm.sk[pick]));
 }
 
 __device__ int step(const kiln_sample_spec *sp, row_t *R, int V, int pass, int *out, smem_t &sm) {
     switch (pass == 0 ? PH_PLAN : R->phase) {
     case PH_PLAN: return step_plan(sp, R, V, out, sm);
-    case PH_SUMS: return step_sums(sp, R, sm);
     case PH_TOPK_BIN: return step_topk_bin(R, sm);
     case PH_TOPK_SET: return step_topk_set(sp, R, out, sm);
-    case PH_TOPP_BIN: return step_topp_bin(sp, R, sm);
+    case PH_HIST: return step_hist(sp, R, sm);
     case PH_TOPP_CUT: return step_topp_cut(sp, R, sm);
-    case PH_DRAW_BIN: return step_draw_bin(R, sm);
     case PH_DRAW_PICK: return step_draw_pick(sp, R, out, sm);
     default: return ST_FALLBACK;
     }
@@ -888,9 +961,8 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
     if (op == OP_NONE) return; /* the row is done (or its fallback ran) */
     const int slice = (V + G - 1) / G, lo = blockIdx.x * slice, hi = min(V, lo + slice);
     if (op < 0) pass_stats(sp, lg, lo, hi, R, sm);
-    else if (op == OP_SUM) pass_sum(sp, lg, lo, hi, R, sm);
-    else if (op == OP_HIST) pass_hist(lg, lo, hi, R, sm);
-    else if (op == OP_GATHER) pass_gather(lg, lo, hi, R);
+    else if (op == OP_HIST) pass_hist(sp, lg, lo, hi, R, sm);
+    else if (op == OP_GATHER) pass_gather(lg, lo, hi, R, sm);
     /* the last block of the row to finish runs the step */
     __threadfence();
     __syncthreads();
@@ -904,11 +976,12 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
         __syncthreads();
         if (threadIdx.x == 0) R->op = OP_IDLE, R->phase = PH_FALLBACK;
     } else if (s == ST_FALLBACK || (s == ST_ISSUED && pass == NPASS - 1)) {
+        __syncthreads();
+        zero_hist(R, 0, 1);
         finish(R, ids + r, chain_block(sp, lg, V, (int *)((unsigned char *)R + ROW_BYTES), sm));
         if (threadIdx.x == 0) R->one_block = 1;
     }
 }
-
 } // namespace
 
 const void *ck_sample_kernel(void) { return (const void *)k_sample; }
@@ -920,7 +993,7 @@ size_t ck_sample_path_offset(void) { return offsetof(row_t, one_block); }
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
                void *scratch, cudaStream_t stream) {
     if (n_rows <= 0) return;
-    const dim3 grid(n_slices(n_vocab, n_rows), n_rows);
     for (int p = 0; p < NPASS; p++) /* the first pass an ordinary launch: it starts after the kernel before it */
-        launch(k_sample, grid, dim3(ST), 0, stream, p > 0, specs, logits, n_vocab, stride, ids, (unsigned char *)scratch, p);
+        launch(k_sample, dim3(n_slices(n_vocab, n_rows, p), n_rows), dim3(ST), 0, stream, p > 0, specs, logits, n_vocab,
+               stride, ids, (unsigned char *)scratch, p);
 }

@@ -15,7 +15,7 @@
 /* Threads of a block of the sampling kernel. */
 #define CK_SAMPLE_THREADS 1024
 /* Launches of the sampling kernel per call of ck_sample (its passes). */
-#define CK_SAMPLE_PASSES 6
+#define CK_SAMPLE_PASSES 4
 
 /* The sampling kernel, for the eager load at open (cudaFuncGetAttributes). */
 const void *ck_sample_kernel(void);
