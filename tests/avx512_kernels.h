@@ -13,6 +13,7 @@ typedef struct avx512_kernels {
     kiln_vec_dot_fn dot_q8_0, dot_q4_0, dot_q4_K;
     cpu_gemm_fn gemm_q8_0, gemm_q4_0, gemm_q4_K;
     cpu_gemm_fn rows_q8_0, rows_q4_0; /* the small-batch kernels (a->yu) */
+    cpu_gemm_fn row1_q4_K;            /* Q4_K against one activation row */
 } avx512_kernels;
 
 #if KILN_X86

@@ -191,6 +191,29 @@ TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
     }
 }
 
+/* The single-activation-row kernels of decode (cpu_gemm_row1_select, where one exists for the dot in use):
+ * every weight row count 1..11, sub-blocks not starting at 0, the activation row first or not, give exactly
+ * each single dot. */
+TEST(cpu_gemm_row1_bit_identical_to_single_dots) {
+    kiln_formats_init();
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
+    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    uint64_t rng = 91;
+    int kernels = 0;
+    for (int t = 0; t < 3; t++) {
+        const kiln_type_info *ti = kiln_type_get(types[t]);
+        const cpu_gemm_fn fast = cpu_gemm_row1_select(ti->vec_dot_fast);
+        if (!fast) continue;
+        kernels++;
+        for (int nw = 1; nw <= 11; nw++)
+            for (int b = 0; b < 3; b++) {
+                gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][nw % 2], nw, 3, 0, nw, b, b + 1, &rng);
+                if (nw > 2) gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][0], nw, 3, 1, nw - 1, b, b + 1, &rng);
+            }
+    }
+    if (!kernels) test_skip("no single-row kernel on this CPU (or KILN_NO_SIMD=1): the dots only");
+}
+
 /* The exact argmax (cpu_argmax_select) against the reference on random rows with ties, NaNs (also at 0), signed
  * zeros and infinities, every length 1..80 and a vocabulary-sized row. */
 TEST(cpu_argmax_fast_equals_reference) {
@@ -282,8 +305,8 @@ TEST(cpu_attn_round_f16_equals_scalar_pair) {
 
 #if KILN_X86
 /* The AVX-512 kernels of k against the AVX2 ones, bit for bit: the VNNI dots on random rows of several lengths
- * (normals, a scaled row, an outlier), the tiles and the small-batch kernels through gemm_case (every tile shape
- * and edge, sub-blocks) against their VNNI dot; and the VNNI dots within tolerance of the scalar references. */
+ * (normals, a scaled row, an outlier), the tiles, the small-batch and the single-row kernels through gemm_case
+ * (every tile shape and edge, sub-blocks) against their VNNI dot; and the VNNI dots within tolerance of the scalar references. */
 static void check_avx512_kernels(const avx512_kernels *k) {
     static const struct { uint32_t type; int lengths[5]; } cases[] = {
         {KILN_TYPE_Q8_0, {32, 96, 288, 1056, 4096}}, {KILN_TYPE_Q4_0, {32, 64, 352, 1024, 4096}},
@@ -330,6 +353,12 @@ static void check_avx512_kernels(const avx512_kernels *k) {
                 gemm_case(cases[t].type, rows[t], vnni[t], sizes[t][(nw + na) % 2], nw, na, 0, nw, 0, na, &rng);
                 if (nw > 2 && na > 2) gemm_case(cases[t].type, rows[t], vnni[t], sizes[t][0], nw, na, 1, nw - 1, 2, na, &rng);
             }
+        if (cases[t].type != KILN_TYPE_Q4_K) continue;
+        for (int nw = 1; nw <= 11; nw++) /* the single-row kernel: one activation row of three */
+            for (int b = 0; b < 3; b++) {
+                gemm_case(cases[t].type, k->row1_q4_K, vnni[t], sizes[t][nw % 2], nw, 3, 0, nw, b, b + 1, &rng);
+                if (nw > 2) gemm_case(cases[t].type, k->row1_q4_K, vnni[t], sizes[t][0], nw, 3, 1, nw - 1, b, b + 1, &rng);
+            }
     }
 }
 #endif
@@ -341,7 +370,7 @@ TEST(cpu_avx512_kernels_bit_identical_to_avx2) {
     kiln_formats_init();
     const avx512_kernels real = {kiln_dot_q8_0_vnni, kiln_dot_q4_0_vnni, kiln_dot_q4_K_vnni,
                                  cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512,
-                                 cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni};
+                                 cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni, cpu_gemm_row1_q4_K_vnni};
     check_avx512_kernels(&real);
     /* and the backend picks them at the avx512 level */
     if (kiln_cpu_level() == KILN_CPU_AVX512) {

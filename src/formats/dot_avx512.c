@@ -35,15 +35,6 @@ void kiln_dot_q4_K_vnni(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     __m256 acc = _mm256_setzero_ps(), accm = acc;
-    for (int i = 0; i < n / QK_K; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        __m256i mins16;
-        const __m256i sc = k4_scales_mins(x[i].scales, &mins16);
-        const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(&y[i]), mins16));
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, accm);
-        k4_weights w;
-        k4_unpack(x[i].qs, sc, &w);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_block_int(&w, y[i].qs)), acc);
-    }
+    for (int i = 0; i < n / QK_K; i++) k4_dot_block(&x[i], &y[i], &acc, &accm);
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }

@@ -71,4 +71,17 @@ static inline __m512i k4_block_int16(const k4_weights *w, const int8_t *q8) {
 /* The same -> 8 int32 lanes. */
 static inline __m256i k4_block_int(const k4_weights *w, const int8_t *q8) { return add_halves_epi32(k4_block_int16(w, q8)); }
 
+/* One block of kiln_dot_q4_K_vnni (its float steps, in its order): acc += (y.d * h2f(x.d)) * the integer sums,
+ * accm += (y.d * h2f(x.dmin)) * mins x bsums; the dot is hsum(acc - accm) over the blocks. Needs blocks.h. */
+static inline void k4_dot_block(const block_q4_K *x, const block_q8_K *y, __m256 *acc, __m256 *accm) {
+    const float d = y->d * h2f(x->d), dmin = y->d * h2f(x->dmin);
+    __m256i mins16;
+    const __m256i sc = k4_scales_mins(x->scales, &mins16);
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), mins16));
+    *accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, *accm);
+    k4_weights w;
+    k4_unpack(x->qs, sc, &w);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k4_block_int(&w, y->qs)), *acc);
+}
+
 #endif

@@ -82,6 +82,7 @@ cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
     if (rows == cpu_gemm_rows_q8_0_avx2 || rows == cpu_gemm_rows_q4_0_avx2 || rows == cpu_gemm_rows_q8_0_vnni ||
         rows == cpu_gemm_rows_q4_0_vnni)
         return rows;
+    if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_row1_q4_K_vnni;
 #endif
     (void)rows;
     return NULL;
