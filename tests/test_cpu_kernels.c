@@ -196,11 +196,11 @@ TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
  * each single dot. */
 TEST(cpu_gemm_row1_bit_identical_to_single_dots) {
     kiln_formats_init();
-    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
-    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static const int sizes[4][2] = {{288, 96}, {352, 64}, {768, 256}, {768, 256}};
     uint64_t rng = 91;
     int kernels = 0;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         const kiln_type_info *ti = kiln_type_get(types[t]);
         const cpu_gemm_fn fast = cpu_gemm_row1_select(ti->vec_dot_fast);
         if (!fast) continue;

@@ -172,14 +172,6 @@ AVX2 void kiln_dot_q5_1_avx2(int n, float *s, const void *vx, const void *vy) {
 
 /* ---------------------------------------------------------------------------- 256-value blocks */
 
-/* 16 per-16-value int8 scales -> int16 vector, low 128-bit lane the even-numbered scales, high lane
- * the odd-numbered ones; scale_pair(v, g) then yields [s(2g) x8 | s(2g+1) x8], the multiplier of the
- * maddubs result of values 32g..32g+31. */
-AVX2 static inline __m256i scales_even_odd(__m128i sc8) {
-    const __m128i perm = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, perm));
-}
-#define scale_pair(v, g) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (g) + 1) << 8) | (2 * (g)))))
 
 AVX2 void kiln_dot_q2_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q2_K *x = vx;
@@ -330,43 +322,8 @@ AVX2 void kiln_dot_q5_K_avx2(int n, float *s, const void *vx, const void *vy) {
 AVX2 void kiln_dot_q6_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q6_K *x = vx;
     const block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
-                  mc0 = _mm256_set1_epi8((char)0xC0);
     __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK_K; i++) {
-        const float d = y[i].d * h2f(x[i].d);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i eo = scales_even_odd(sc8);
-        const int8_t *q8 = y[i].qs;
-        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
-#define Q6K_HALF(h)                                                                                             \
-    {                                                                                                           \
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * (h)));                          \
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * (h) + 32));                     \
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * (h)));                           \
-        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4)); \
-        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2)); \
-        const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)); \
-        const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),                    \
-                                           _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));                    \
-        const int8_t *y8 = q8 + 128 * (h);                                                                      \
-        const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));             \
-        const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));            \
-        const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));            \
-        const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));            \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_pair(eo, 4 * (h) + 0)));                     \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_pair(eo, 4 * (h) + 1)));                     \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, scale_pair(eo, 4 * (h) + 2)));                     \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, scale_pair(eo, 4 * (h) + 3)));                     \
-    }
-        /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
-        Q6K_HALF(0) Q6K_HALF(1)
-#undef Q6K_HALF
-        const __m256i corr = _mm256_madd_epi16(load_bsums(&y[i]), _mm256_cvtepi8_epi16(sc8));
-        const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(corr, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
+    for (int i = 0; i < n / QK_K; i++) q6_K_dot_block(&x[i], &y[i], &acc);
     *s = hsum_ps(acc);
 }
 

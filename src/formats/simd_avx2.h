@@ -58,4 +58,52 @@ AVX2 static inline __m256i k4_scales_mins(const uint8_t *packed, __m256i *mins16
     return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
 }
 
+/* 16 per-16-value int8 scales -> int16 vector, low 128-bit lane the even-numbered scales, high lane
+ * the odd-numbered ones; scale_pair(v, g) then yields [s(2g) x8 | s(2g+1) x8], the multiplier of the
+ * maddubs result of values 32g..32g+31. */
+AVX2 static inline __m256i scales_even_odd(__m128i sc8) {
+    const __m128i perm = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, perm));
+}
+#define scale_pair(v, g) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (g) + 1) << 8) | (2 * (g)))))
+
+/* One block of kiln_dot_q6_K_avx2 (its steps, in its order): acc += (y.d * h2f(x.d)) * the integer sums; the dot
+ * is hsum(acc) over the blocks. */
+AVX2 static inline void q6_K_dot_block(const block_q6_K *x, const block_q8_K *y, __m256 *accp) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
+                  mc0 = _mm256_set1_epi8((char)0xC0);
+    const float d = y->d * h2f(x->d);
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m256i eo = scales_even_odd(sc8);
+    const int8_t *q8 = y->qs;
+    __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
+#define Q6K_HALF(h)                                                                                             \
+    {                                                                                                           \
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * (h)));                            \
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * (h) + 32));                       \
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * (h)));                             \
+        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4)); \
+        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2)); \
+        const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)); \
+        const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),                     \
+                                           _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));                    \
+        const int8_t *y8 = q8 + 128 * (h);                                                                      \
+        const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));             \
+        const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));            \
+        const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));            \
+        const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));            \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_pair(eo, 4 * (h) + 0)));                      \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_pair(eo, 4 * (h) + 1)));                      \
+        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, scale_pair(eo, 4 * (h) + 2)));                      \
+        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, scale_pair(eo, 4 * (h) + 3)));                      \
+    }
+    /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
+    Q6K_HALF(0) Q6K_HALF(1)
+#undef Q6K_HALF
+    const __m256i corr = _mm256_madd_epi16(load_bsums(y), _mm256_cvtepi8_epi16(sc8));
+    const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(corr, 5));
+    *accp = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *accp);
+}
+
 #endif

@@ -83,6 +83,7 @@ cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
         rows == cpu_gemm_rows_q4_0_vnni)
         return rows;
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_row1_q4_K_vnni;
+    if (dot == kiln_dot_q6_K_avx2) return cpu_gemm_row1_q6_K_avx2;
 #endif
     (void)rows;
     return NULL;

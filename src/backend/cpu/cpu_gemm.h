@@ -114,7 +114,9 @@ void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
  * (measured: Q8_0 and Q4_0, whose rows kernels prefetch the weight stream; for Q4_K on VNNI the one below),
  * else NULL (call the dot per weight row). Bit-identical to dot like every kernel here. */
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
-/* Q4_K against one activation row on AVX-512 VNNI: two weight rows interleaved, their streams prefetched. */
+/* Q4_K against one activation row on AVX-512 VNNI, Q6_K on AVX2: two weight rows interleaved, their streams
+ * prefetched. */
 void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 #endif

@@ -205,3 +205,30 @@ void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) 
 void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
     for (int r = r0; r < r1; r++) cpu_gemm_q4_K_avx2(a, r, r + 1, b0, b1); /* its 1 x 4 tiles */
 }
+
+/* Q6_K against one activation row (decode; the tied output matrix of the Q4_K_M files): weight rows two at a
+ * time, their blocks interleaved (two independent chains of kiln_dot_q6_K_avx2's block steps, each row's in its
+ * order: bit-identical), each row's stream prefetched 8 rows' bytes ahead (6-16 KiB). */
+AVX2 void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    (void)b1; /* b1 == b0 + 1 */
+    const int nb = a->n / QK_K;
+    const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
+    const size_t d = 8 * a->w_stride, ahead = d < 6144 ? 6144 : d > 16384 ? 16384 : d;
+    float *out = a->out + (size_t)b0 * a->out_stride;
+    int r = r0;
+    for (; r + 1 < r1; r += 2) {
+        const block_q6_K *x0 = (const block_q6_K *)(a->w + (size_t)r * a->w_stride);
+        const block_q6_K *x1 = (const block_q6_K *)(a->w + (size_t)(r + 1) * a->w_stride);
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        for (int ib = 0; ib < nb; ib++) {
+            const char *p0 = (const char *)&x0[ib] + ahead, *p1 = (const char *)&x1[ib] + ahead;
+            for (int o = 0; o < (int)sizeof(block_q6_K); o += 64) _mm_prefetch(p0 + o, _MM_HINT_T0), _mm_prefetch(p1 + o, _MM_HINT_T0);
+            q6_K_dot_block(&x0[ib], &y[ib], &acc0);
+            q6_K_dot_block(&x1[ib], &y[ib], &acc1);
+        }
+        out[r] = hsum_ps(acc0);
+        out[r + 1] = hsum_ps(acc1);
+    }
+    for (; r < r1; r++) kiln_dot_q6_K_avx2(a->n, &out[r], a->w + (size_t)r * a->w_stride, y);
+}
+
