@@ -20,7 +20,8 @@
  * rounding (or CUDA's expf's 2 ulp) of a boundary.
  *
  * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent; slices of at
- * least 4096 logits, fewer per row when many rows would exceed ~2 blocks per SM): pass 0 applies the penalties
+ * least 4096 logits for pass 0 and the HIST, 1024 for the GATHERs, fewer per row when many rows would exceed two
+ * waves (one wave for the GATHERs)): pass 0 applies the penalties
  * of each slice and finds its maximum; every later pass is HIST (the slices' histograms added into the row's)
  * or GATHER (the slices' members of a few bins appended to the row's list), as the row's record says. The last
  * block of a row to finish a pass (an atomic count) reads the record and runs the chain's next step with 1024
