@@ -30,6 +30,15 @@ void cpu_gemm_rows_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
     for (int r = r0; r < r1; r++) cpu_gemm_ref(a, r, r + 1, b0, b1);
 }
 
+int cpu_gemm_tile_rows(cpu_gemm_fn gemm) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (gemm == cpu_gemm_q8_0_avx512 || gemm == cpu_gemm_q4_0_avx512) return CPU_VNNI_Q8_TN;
+    if (gemm == cpu_gemm_q4_K_avx512) return CPU_VNNI_K4_TN;
+#endif
+    (void)gemm;
+    return 4;
+}
+
 cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
     /* only where it is the dot in use: the tiles reproduce that function, not the type */

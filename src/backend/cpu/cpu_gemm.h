@@ -42,6 +42,13 @@ static inline void cpu_prefetch_row(const void *row, size_t bytes) {
 /* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
+/* The activation rows of the VNNI tiles (cpu_gemm_avx512.c: Q8_0 / Q4_0, Q4_K). */
+#define CPU_VNNI_Q8_TN 8
+#define CPU_VNNI_K4_TN 6
+/* The activation rows of gemm's widest tile (4 where it is not one of the above): cpu_matmul blocks the
+ * activation rows in whole multiples of it, so no block ends in a narrow tile (measured: Q4_K prefill 3-7%). */
+int cpu_gemm_tile_rows(cpu_gemm_fn gemm);
+
 /* One register tile of a fast kernel: its weight rows r.. x activation rows b.. (the sizes are the function's). */
 typedef void (*cpu_gemm_tile_fn)(const cpu_gemm_args *a, int r, int b);
 /* Walks [r0, r1) x [b0, b1) in tiles of TM x TN (smaller at the edges), weight tile outer so its rows stay in

@@ -91,7 +91,7 @@ static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int t
 }
 
 #define Q8_TM 4
-#define Q8_TN 8
+#define Q8_TN CPU_VNNI_Q8_TN
 #define Q8_TILE(tm, tn)                                                                                    \
     static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, false); } \
     static void q4_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, true); }
@@ -218,7 +218,7 @@ CPU_GEMM_LEGACY_ROWS(, vnni)
 /* ------------------------------------------------------------------------------------------ Q4_K */
 
 #define K4_TM 2
-#define K4_TN 6
+#define K4_TN CPU_VNNI_K4_TN
 _Static_assert(K4_TN % 2 == 0 && K4_TN <= 8, "Q4_K tiles: whole pairs of activation rows within yd's 8 lanes");
 /* kiln_dot_q4_K_vnni per pair and block (= kiln_dot_q4_K_avx2): acc = fmadd(y.d * h2f(x.d), int sums, acc),
  * accm = fmadd(y.d * h2f(x.dmin), mins x bsums, accm); the result hsum(acc - accm). A weight block's scales

@@ -84,8 +84,9 @@ static void dot_weight_rows(const matmul_job *j, const kiln_weight *W, float *ou
         return;
     }
     const cpu_gemm_fn gemm = cpu_gemm_select(dot);
-    int step = (int)(ACT_BLOCK_BYTES / j->qrow) & ~3;
-    if (step < 4) step = 4;
+    const int tn = cpu_gemm_tile_rows(gemm); /* whole tiles per activation block */
+    int step = (int)(ACT_BLOCK_BYTES / j->qrow) / tn * tn;
+    if (step < tn) step = tn;
     for (int b = 0; b < j->B; b += step) gemm(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
 }
 
