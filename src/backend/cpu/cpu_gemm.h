@@ -39,6 +39,14 @@ static inline void cpu_prefetch_row(const void *row, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o);
 }
 
+/* The prefetch distance of kernels that stream two weight rows at once: 8 rows ahead within [6, 16] KiB (2
+ * threads: smollm2-135m's 612-byte rows ran best at 6 KiB, llama-3.2-1b's 2,176-byte rows at 16 KiB, 4 sequences;
+ * Q4_K's 1,152-byte rows at 9 KiB; bench/RESULTS.md). */
+static inline size_t cpu_pair_prefetch(size_t w_stride) {
+    const size_t d = 8 * w_stride;
+    return d < 6144 ? 6144 : d > 16384 ? 16384 : d;
+}
+
 /* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
@@ -46,7 +54,8 @@ typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int 
 #define CPU_VNNI_Q8_TN 8
 #define CPU_VNNI_K4_TN 6
 /* The activation rows of gemm's widest tile (4 where it is not one of the above): cpu_matmul blocks the
- * activation rows in whole multiples of it, so no block ends in a narrow tile (measured: Q4_K prefill 3-7%). */
+ * activation rows in whole multiples of it, so no block ends in a narrow tile (measured: Q4_K prefill -5% on one
+ * thread). */
 int cpu_gemm_tile_rows(cpu_gemm_fn gemm);
 
 /* One register tile of a fast kernel: its weight rows r.. x activation rows b.. (the sizes are the function's). */

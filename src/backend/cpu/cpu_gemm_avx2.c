@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "formats/blocks.h"
 #include "formats/simd_avx2.h"
 
@@ -208,12 +209,12 @@ void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
 
 /* Q6_K against one activation row (decode; the tied output matrix of the Q4_K_M files): weight rows two at a
  * time, their blocks interleaved (two independent chains of kiln_dot_q6_K_avx2's block steps, each row's in its
- * order: bit-identical), each row's stream prefetched 8 rows' bytes ahead (6-16 KiB). */
+ * order: bit-identical), each row's stream prefetched cpu_pair_prefetch bytes ahead. */
 AVX2 void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    (void)b1; /* b1 == b0 + 1 */
+    KILN_ASSERT(b1 == b0 + 1);
     const int nb = a->n / QK_K;
     const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
-    const size_t d = 8 * a->w_stride, ahead = d < 6144 ? 6144 : d > 16384 ? 16384 : d;
+    const size_t ahead = cpu_pair_prefetch(a->w_stride);
     float *out = a->out + (size_t)b0 * a->out_stride;
     int r = r0;
     for (; r + 1 < r1; r += 2) {

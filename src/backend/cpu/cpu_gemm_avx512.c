@@ -123,12 +123,6 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
  * zmm (AVX2: two sign operations, a maddubs and a madd more). Prefetch distances measured on the stream
  * benchmark (bench/cpu_gemm_rows.c). */
 #define ROW_PREFETCH 2048
-/* Two rows' prefetch distance: 8 rows ahead within [6, 16] KiB (2 threads: smollm2-135m's 612-byte rows ran best at
- * 6 KiB, llama-3.2-1b's 2,176-byte rows at 16 KiB, 4 sequences; bench/RESULTS.md) */
-static INLINE size_t pair_prefetch(size_t w_stride) {
-    const size_t d = 8 * w_stride;
-    return d < 6144 ? 6144 : d > 16384 ? 16384 : d;
-}
 static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
     return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
 }
@@ -147,7 +141,7 @@ static INLINE void legacy_rows_pair(const cpu_gemm_args *a, int r, const uint8_t
     const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     const __m512i pick01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const uint8_t *x0 = a->w + (size_t)r * a->w_stride, *x1 = x0 + a->w_stride;
-    const size_t ahead = pair_prefetch(a->w_stride);
+    const size_t ahead = cpu_pair_prefetch(a->w_stride);
     __m512 acc[CPU_ROW_TN];
     UNROLL for (int j = 0; j < tn; j++) acc[j] = _mm512_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
@@ -287,12 +281,12 @@ void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
 
 /* One activation row (decode): weight rows two at a time, their blocks interleaved (two independent chains of
  * kiln_dot_q4_K_vnni's block steps, each row's in its order: bit-identical), each row's stream prefetched
- * pair_prefetch bytes ahead. */
+ * cpu_pair_prefetch bytes ahead. */
 void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
     KILN_ASSERT(b1 == b0 + 1);
     const int nb = a->n / QK_K;
     const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
-    const size_t ahead = pair_prefetch(a->w_stride);
+    const size_t ahead = cpu_pair_prefetch(a->w_stride);
     float *out = a->out + (size_t)b0 * a->out_stride;
     int r = r0;
     for (; r + 1 < r1; r += 2) {
