@@ -191,9 +191,17 @@ TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
     }
 }
 
-/* The single-activation-row kernels of decode (cpu_gemm_row1_select, where one exists for the dot in use):
- * every weight row count 1..11, sub-blocks not starting at 0, the activation row first or not, give exactly
- * each single dot. */
+/* The single-activation-row kernels of decode (cpu_gemm_row1_select, where one exists for the dot in use, and the
+ * AVX2 ones on any AVX2 CPU, VNNI or not): every weight row count 1..11, sub-blocks not starting at 0, the
+ * activation row first or not, give exactly each single dot. */
+static void row1_cases(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, const int sizes[2], uint64_t *rng) {
+    for (int nw = 1; nw <= 11; nw++)
+        for (int b = 0; b < 3; b++) {
+            gemm_case(type, fast, dot, sizes[nw % 2], nw, 3, 0, nw, b, b + 1, rng);
+            if (nw > 2) gemm_case(type, fast, dot, sizes[0], nw, 3, 1, nw - 1, b, b + 1, rng);
+        }
+}
+
 TEST(cpu_gemm_row1_bit_identical_to_single_dots) {
     kiln_formats_init();
     static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
@@ -203,14 +211,17 @@ TEST(cpu_gemm_row1_bit_identical_to_single_dots) {
     for (int t = 0; t < 4; t++) {
         const kiln_type_info *ti = kiln_type_get(types[t]);
         const cpu_gemm_fn fast = cpu_gemm_row1_select(ti->vec_dot_fast);
-        if (!fast) continue;
-        kernels++;
-        for (int nw = 1; nw <= 11; nw++)
-            for (int b = 0; b < 3; b++) {
-                gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][nw % 2], nw, 3, 0, nw, b, b + 1, &rng);
-                if (nw > 2) gemm_case(types[t], fast, ti->vec_dot_fast, sizes[t][0], nw, 3, 1, nw - 1, b, b + 1, &rng);
-            }
+        if (fast) row1_cases(types[t], fast, ti->vec_dot_fast, sizes[t], &rng), kernels++;
     }
+#if defined(__x86_64__)
+    if (kiln_cpu_level() >= KILN_CPU_AVX2) {
+        row1_cases(KILN_TYPE_Q8_0, cpu_gemm_row1_q8_0_avx2, kiln_dot_q8_0_avx2, sizes[0], &rng);
+        row1_cases(KILN_TYPE_Q4_0, cpu_gemm_row1_q4_0_avx2, kiln_dot_q4_0_avx2, sizes[1], &rng);
+        row1_cases(KILN_TYPE_Q4_K, cpu_gemm_row1_q4_K_avx2, kiln_dot_q4_K_avx2, sizes[2], &rng);
+        row1_cases(KILN_TYPE_Q6_K, cpu_gemm_row1_q6_K_avx2, kiln_dot_q6_K_avx2, sizes[3], &rng);
+        kernels += 4;
+    }
+#endif
     if (!kernels) test_skip("no single-row kernel on this CPU (or KILN_NO_SIMD=1): the dots only");
 }
 

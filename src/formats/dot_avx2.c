@@ -260,28 +260,8 @@ AVX2 static inline __m256i k4_prepare(const uint8_t *packed, const block_q8_K *y
 AVX2 void kiln_dot_q4_K_avx2(int n, float *s, const void *vx, const void *vy) {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps(), accm = acc;
-    for (int i = 0; i < n / QK_K; i++) {
-        const float d = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
-        __m256 mins;
-        const __m256i sc = k4_prepare(x[i].scales, &y[i], &mins);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, accm);
-        const int8_t *q8 = y[i].qs;
-        __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
-#define Q4K_PAIR(j)                                                                                             \
-    {                                                                                                           \
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * (j)));                            \
-        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);          \
-        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));       \
-        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32)));  \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * (j))));                          \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * (j) + 1)));                      \
-    }
-        Q4K_PAIR(0) Q4K_PAIR(1) Q4K_PAIR(2) Q4K_PAIR(3)
-#undef Q4K_PAIR
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), acc);
-    }
+    for (int i = 0; i < n / QK_K; i++) q4_K_dot_block(&x[i], &y[i], &acc, &accm);
     *s = hsum_ps(_mm256_sub_ps(acc, accm));
 }
 

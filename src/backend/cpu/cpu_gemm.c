@@ -86,14 +86,14 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot) {
 }
 
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
-    const cpu_gemm_fn rows = cpu_gemm_rows_select(dot);
 #if defined(__x86_64__) || defined(__i386__)
-    if (rows == cpu_gemm_rows_q8_0_avx2 || rows == cpu_gemm_rows_q4_0_avx2 || rows == cpu_gemm_rows_q8_0_vnni ||
-        rows == cpu_gemm_rows_q4_0_vnni)
-        return rows;
+    if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_row1_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_row1_q4_0_avx2;
+    if (dot == kiln_dot_q8_0_vnni || dot == kiln_dot_q4_0_vnni) return cpu_gemm_rows_select(dot);
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_row1_q4_K_vnni;
+    if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_row1_q4_K_avx2;
     if (dot == kiln_dot_q6_K_avx2) return cpu_gemm_row1_q6_K_avx2;
 #endif
-    (void)rows;
+    (void)dot;
     return NULL;
 }

@@ -47,6 +47,39 @@ static inline size_t cpu_pair_prefetch(size_t w_stride) {
     return d < 6144 ? 6144 : d > 16384 ? 16384 : d;
 }
 
+/* Defines NAME(a, r0, r1, b0, b1) for one activation row of Q8_K (decode) against K-quant weight rows XT: the
+ * rows in two linear streams, the first half of [r0, r1) and the second, one row of each at a time with their
+ * blocks interleaved (two independent chains of the single dot's block steps, each row's in its order:
+ * bit-identical to DOT), each stream prefetched cpu_pair_prefetch bytes ahead; an odd last row through DOT
+ * itself. (Adjacent rows as the pair ran 25-50% slower on a Zen 3 than two streams far apart: their
+ * back-and-forth within a page defeats the hardware prefetcher; bench/RESULTS.md.) A row's state is NACC
+ * accumulators, zero at first; STEP(x, y, acc) one block; FINAL(acc) the row's result. (ATTR: the including
+ * file's ISA attribute; it provides KILN_ASSERT.) */
+#define CPU_GEMM_ROW1_PAIRS(ATTR, NAME, XT, NACC, STEP, FINAL, DOT)                                                \
+    ATTR void NAME(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {                                     \
+        KILN_ASSERT(b1 == b0 + 1);                                                                               \
+        const int nb = a->n / QK_K, half = (r1 - r0) / 2;                                                        \
+        const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);                             \
+        const size_t ahead = cpu_pair_prefetch(a->w_stride);                                                     \
+        float *out = a->out + (size_t)b0 * a->out_stride;                                                        \
+        for (int r = r0; r < r0 + half; r++) {                                                                   \
+            const XT *x0 = (const XT *)(a->w + (size_t)r * a->w_stride);                                         \
+            const XT *x1 = (const XT *)(a->w + (size_t)(r + half) * a->w_stride);                                \
+            __m256 acc0[NACC], acc1[NACC];                                                                       \
+            for (int k = 0; k < NACC; k++) acc0[k] = acc1[k] = _mm256_setzero_ps();                              \
+            for (int ib = 0; ib < nb; ib++) {                                                                    \
+                const char *p0 = (const char *)&x0[ib] + ahead, *p1 = (const char *)&x1[ib] + ahead;             \
+                for (int o = 0; o < (int)sizeof(XT); o += 64)                                                    \
+                    _mm_prefetch(p0 + o, _MM_HINT_T0), _mm_prefetch(p1 + o, _MM_HINT_T0);                        \
+                STEP(&x0[ib], &y[ib], acc0);                                                                     \
+                STEP(&x1[ib], &y[ib], acc1);                                                                     \
+            }                                                                                                    \
+            out[r] = FINAL(acc0);                                                                                \
+            out[r + half] = FINAL(acc1);                                                                         \
+        }                                                                                                        \
+        if ((r1 - r0) % 2) DOT(a->n, &out[r1 - 1], a->w + (size_t)(r1 - 1) * a->w_stride, y);                    \
+    }
+
 /* Results for weight rows r0 <= r < r1 and activation rows b0 <= b < b1. */
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
@@ -127,12 +160,17 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot);
 void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
 
 /* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
- * (measured: Q8_0 and Q4_0, whose rows kernels prefetch the weight stream; for Q4_K on VNNI the one below),
- * else NULL (call the dot per weight row). Bit-identical to dot like every kernel here. */
+ * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, or on VNNI the Q8_0 / Q4_0 rows kernels, which
+ * prefetch the weight stream), else NULL (call the dot per weight row). Bit-identical to dot like every kernel
+ * here. */
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
-/* Q4_K against one activation row on AVX-512 VNNI, Q6_K on AVX2: two weight rows interleaved, their streams
- * prefetched. */
+/* Q4_K against one activation row on AVX-512 VNNI and on AVX2, Q6_K on AVX2 (CPU_GEMM_ROW1_PAIRS): two streams
+ * of weight rows interleaved, each prefetched. */
 void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q8_0 and Q4_0 on AVX2 (on VNNI the rows kernels' one-row case, not measured against these on such a CPU yet). */
+void cpu_gemm_row1_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_row1_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_row1_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 #endif

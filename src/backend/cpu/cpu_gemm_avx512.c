@@ -279,30 +279,9 @@ void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
     cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
 }
 
-/* One activation row (decode): weight rows two at a time, their blocks interleaved (two independent chains of
- * kiln_dot_q4_K_vnni's block steps, each row's in its order: bit-identical), each row's stream prefetched
- * cpu_pair_prefetch bytes ahead. */
-void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    KILN_ASSERT(b1 == b0 + 1);
-    const int nb = a->n / QK_K;
-    const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
-    const size_t ahead = cpu_pair_prefetch(a->w_stride);
-    float *out = a->out + (size_t)b0 * a->out_stride;
-    int r = r0;
-    for (; r + 1 < r1; r += 2) {
-        const block_q4_K *x0 = (const block_q4_K *)(a->w + (size_t)r * a->w_stride);
-        const block_q4_K *x1 = (const block_q4_K *)(a->w + (size_t)(r + 1) * a->w_stride);
-        __m256 acc0 = _mm256_setzero_ps(), accm0 = acc0, acc1 = acc0, accm1 = acc0;
-        for (int ib = 0; ib < nb; ib++) {
-            const char *p0 = (const char *)&x0[ib] + ahead, *p1 = (const char *)&x1[ib] + ahead;
-            _mm_prefetch(p0, _MM_HINT_T0), _mm_prefetch(p0 + 64, _MM_HINT_T0), _mm_prefetch(p0 + 128, _MM_HINT_T0);
-            _mm_prefetch(p1, _MM_HINT_T0), _mm_prefetch(p1 + 64, _MM_HINT_T0), _mm_prefetch(p1 + 128, _MM_HINT_T0);
-            k4_dot_block(&x0[ib], &y[ib], &acc0, &accm0);
-            k4_dot_block(&x1[ib], &y[ib], &acc1, &accm1);
-        }
-        out[r] = hsum_ps(_mm256_sub_ps(acc0, accm0));
-        out[r + 1] = hsum_ps(_mm256_sub_ps(acc1, accm1));
-    }
-    for (; r < r1; r++) kiln_dot_q4_K_vnni(a->n, &out[r], a->w + (size_t)r * a->w_stride, y);
-}
+/* One activation row (decode): weight rows two at a time (CPU_GEMM_ROW1_PAIRS over kiln_dot_q4_K_vnni's block
+ * steps). */
+#define K4_STEP(x, y, acc) k4_dot_block(x, y, &(acc)[0], &(acc)[1])
+#define K4_FINAL(acc) hsum_ps(_mm256_sub_ps((acc)[0], (acc)[1]))
+CPU_GEMM_ROW1_PAIRS(, cpu_gemm_row1_q4_K_vnni, block_q4_K, 2, K4_STEP, K4_FINAL, kiln_dot_q4_K_vnni)
 
