@@ -2,7 +2,8 @@
  * cpu_gemm.c — micro-benchmark of the prefill block product per CPU kernel level, in one process (ratios):
  * single thread, a weight matrix of real shape x 128 activation rows through the AVX2 tiles and, where the CPU
  * has AVX-512 F/BW/VL/VNNI, the AVX-512 tiles (cpu_gemm_avx2.c / cpu_gemm_avx512.c; both bit-identical to the
- * single dots, checked here too). Prints a markdown table of GMAC/s (median of repeated runs, thread CPU time).
+ * single dots, checked here too), beside the single dot pair by pair (cpu_gemm_ref). Q6_K has AVX2 tiles only.
+ * Prints a markdown table of GMAC/s (median of repeated runs, thread CPU time).
  *   usage: cpu_gemm [--quick]
  */
 #include <stdio.h>
@@ -40,9 +41,11 @@ int main(int argc, char **argv) {
         {KILN_TYPE_Q8_0, 1536, 576, cpu_gemm_q8_0_avx2, cpu_gemm_q8_0_avx512, kiln_dot_q8_0_avx2},
         {KILN_TYPE_Q4_0, 576, 1536, cpu_gemm_q4_0_avx2, cpu_gemm_q4_0_avx512, kiln_dot_q4_0_avx2},
         {KILN_TYPE_Q4_K, 2048, 1024, cpu_gemm_q4_K_avx2, cpu_gemm_q4_K_avx512, kiln_dot_q4_K_avx2},
+        {KILN_TYPE_Q6_K, 2048, 1024, cpu_gemm_q6_K_avx2, NULL, kiln_dot_q6_K_avx2},
     };
     if (!kiln_cpu_has_avx2()) { printf("cpu_gemm: no AVX2 on this CPU\n"); return 0; }
-    printf("| type | n x rows x %d | AVX2 tiles GMAC/s | AVX-512 tiles GMAC/s | ratio |\n|---|---|---:|---:|---:|\n", B);
+    printf("| type | n x rows x %d | pair dots GMAC/s | AVX2 tiles GMAC/s | AVX-512 tiles GMAC/s | ratio |\n"
+           "|---|---|---:|---:|---:|---:|\n", B);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const kiln_type_info *ti = kiln_type_get(cases[c].type);
         const int n = cases[c].n, rows = cases[c].rows;
@@ -65,15 +68,16 @@ int main(int argc, char **argv) {
                     yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)(y + (size_t)b * yb))[ib].d);
         cpu_gemm_args a = {.dot = cases[c].dot, .n = n, .w = w, .w_stride = wb, .y = y, .y_stride = yb, .yd = yd,
                            .out = o2, .out_stride = (size_t)rows};
-        const double g2 = measure(cases[c].avx2, &a, rows, reps);
+        const double gd = measure(cpu_gemm_ref, &a, rows, reps), g2 = measure(cases[c].avx2, &a, rows, reps);
         double g5 = 0;
-        if (has512) {
+        if (has512 && cases[c].avx512) {
             a.out = o5;
             g5 = measure(cases[c].avx512, &a, rows, reps);
             if (memcmp(o2, o5, sizeof(float) * B * (size_t)rows)) printf("cpu_gemm: %s AVX-512 tiles differ from AVX2!\n", ti->name);
         }
-        if (has512) printf("| %s | %d x %d | %.1f | %.1f | %.2fx |\n", ti->name, n, rows, g2, g5, g5 / g2);
-        else printf("| %s | %d x %d | %.1f | (no AVX-512 VNNI) | |\n", ti->name, n, rows, g2);
+        if (g5 > 0) printf("| %s | %d x %d | %.1f | %.1f | %.1f | %.2fx |\n", ti->name, n, rows, gd, g2, g5, g5 / g2);
+        else printf("| %s | %d x %d | %.1f | %.1f | (%s) | |\n", ti->name, n, rows, gd, g2,
+                    has512 ? "no AVX-512 tiles" : "no AVX-512 VNNI");
         fflush(stdout);
         kiln_free(w);
         kiln_free(y);

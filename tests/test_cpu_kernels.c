@@ -154,10 +154,10 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, int 
  * not starting at 0) give exactly each single dot, for the kernels the CPU backend picks. */
 TEST(cpu_gemm_bit_identical_to_single_dots) {
     kiln_formats_init();
-    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
-    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static const int sizes[4][2] = {{288, 96}, {352, 64}, {768, 256}, {768, 256}};
     uint64_t rng = 2024;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         const kiln_type_info *ti = kiln_type_get(types[t]);
         const cpu_gemm_fn fast = cpu_gemm_select(ti->vec_dot_fast);
         if (fast == cpu_gemm_ref) printf("  (no tiled %s kernel on this CPU: the reference only)\n", ti->name);
@@ -174,10 +174,10 @@ TEST(cpu_gemm_bit_identical_to_single_dots) {
  * single dot, for the kernels the CPU backend picks and for the reference. */
 TEST(cpu_gemm_rows_bit_identical_to_single_dots) {
     kiln_formats_init();
-    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K};
-    static const int sizes[3][2] = {{288, 96}, {352, 64}, {768, 256}};
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_0, KILN_TYPE_Q4_K, KILN_TYPE_Q6_K};
+    static const int sizes[4][2] = {{288, 96}, {352, 64}, {768, 256}, {768, 256}};
     uint64_t rng = 77;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         const kiln_type_info *ti = kiln_type_get(types[t]);
         const cpu_gemm_fn fast = cpu_gemm_rows_select(ti->vec_dot_fast);
         if (fast == cpu_gemm_rows_ref) printf("  (no small-batch %s kernel on this CPU: the reference only)\n", ti->name);

@@ -60,7 +60,7 @@ AVX2 static inline __m256i k4_scales_mins(const uint8_t *packed, __m256i *mins16
 
 /* One block of kiln_dot_q4_K_avx2 (its steps, in its order): accm += (y.d * h2f(x.dmin)) * the mins term, acc +=
  * (y.d * h2f(x.d)) * the integer sums; the dot is hsum(acc - accm) over the blocks. */
-AVX2 static inline void q4_K_dot_block(const block_q4_K *x, const block_q8_K *y, __m256 *acc, __m256 *accm) {
+AVX2 static inline __attribute__((always_inline)) void q4_K_dot_block(const block_q4_K *x, const block_q8_K *y, __m256 *acc, __m256 *accm) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const float d = y->d * h2f(x->d), dmin = y->d * h2f(x->dmin);
     __m256i mins16;
@@ -92,43 +92,52 @@ AVX2 static inline __m256i scales_even_odd(__m128i sc8) {
 }
 #define scale_pair(v, g) _mm256_shuffle_epi8((v), _mm256_set1_epi16((short)(((2 * (g) + 1) << 8) | (2 * (g)))))
 
-/* One block of kiln_dot_q6_K_avx2 (its steps, in its order): acc += (y.d * h2f(x.d)) * the integer sums; the dot
- * is hsum(acc) over the blocks. */
-AVX2 static inline void q6_K_dot_block(const block_q6_K *x, const block_q8_K *y, __m256 *accp) {
+/* Half h (values 128h..128h+127) of a Q6_K block as four vectors of unsigned levels 0..63 (value + 32; the -32 is
+ * applied through the activation's bsums): v[k] holds the 32 values 128h + 32k.. */
+AVX2 static inline __attribute__((always_inline)) void q6_K_unpack_half(const block_q6_K *x, int h, __m256i v[4]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m03 = _mm256_set1_epi8(0x03), m0c = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
                   mc0 = _mm256_set1_epi8((char)0xC0);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    v[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4));
+    v[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2));
+    v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+    v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));
+}
+
+/* The integer sum of half h of a Q6_K block (unpacked: v, scales eo = scales_even_odd) against the activation
+ * values y8 = y->qs + 128h, added to *sum (integer sums are exact: their grouping does not change the result). */
+AVX2 static inline __attribute__((always_inline)) void q6_K_half_sums(const __m256i v[4], __m256i eo, int h, const int8_t *y8, __m256i *sum) {
+    const __m256i p0 = _mm256_maddubs_epi16(v[0], _mm256_loadu_si256((const __m256i *)(y8 + 0)));
+    const __m256i p1 = _mm256_maddubs_epi16(v[1], _mm256_loadu_si256((const __m256i *)(y8 + 32)));
+    const __m256i p2 = _mm256_maddubs_epi16(v[2], _mm256_loadu_si256((const __m256i *)(y8 + 64)));
+    const __m256i p3 = _mm256_maddubs_epi16(v[3], _mm256_loadu_si256((const __m256i *)(y8 + 96)));
+    const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(p0, scale_pair(eo, 4 * h + 0)), _mm256_madd_epi16(p1, scale_pair(eo, 4 * h + 1)));
+    const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(p2, scale_pair(eo, 4 * h + 2)), _mm256_madd_epi16(p3, scale_pair(eo, 4 * h + 3)));
+    *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(s01, s23));
+}
+
+/* The block's step after its integer sums: acc += (y.d * h2f(x.d)) * (sums - 32 * sum_g scale_g * bsums_g). */
+AVX2 static inline __attribute__((always_inline)) __m256 q6_K_block_fma(const block_q6_K *x, const block_q8_K *y, __m128i sc8, __m256i sum, __m256 acc) {
     const float d = y->d * h2f(x->d);
+    const __m256i corr = _mm256_madd_epi16(load_bsums(y), _mm256_cvtepi8_epi16(sc8));
+    const __m256i sumi = _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+}
+
+/* One block of kiln_dot_q6_K_avx2 (its steps, in its order): acc += (y.d * h2f(x.d)) * the integer sums; the dot
+ * is hsum(acc) over the blocks. */
+AVX2 static inline __attribute__((always_inline)) void q6_K_dot_block(const block_q6_K *x, const block_q8_K *y, __m256 *accp) {
     const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
     const __m256i eo = scales_even_odd(sc8);
-    const int8_t *q8 = y->qs;
-    __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
-#define Q6K_HALF(h)                                                                                             \
-    {                                                                                                           \
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * (h)));                            \
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * (h) + 32));                       \
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * (h)));                             \
-        const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m03), 4)); \
-        const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m0c), 2)); \
-        const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30)); \
-        const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),                     \
-                                           _mm256_srli_epi16(_mm256_and_si256(qh, mc0), 2));                    \
-        const int8_t *y8 = q8 + 128 * (h);                                                                      \
-        const __m256i p0 = _mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)(y8 + 0)));             \
-        const __m256i p1 = _mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(y8 + 32)));            \
-        const __m256i p2 = _mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(y8 + 64)));            \
-        const __m256i p3 = _mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(y8 + 96)));            \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_pair(eo, 4 * (h) + 0)));                      \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_pair(eo, 4 * (h) + 1)));                      \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p2, scale_pair(eo, 4 * (h) + 2)));                      \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p3, scale_pair(eo, 4 * (h) + 3)));                      \
+    __m256i sum = _mm256_setzero_si256(), v[4];
+    for (int h = 0; h < 2; h++) {
+        q6_K_unpack_half(x, h, v);
+        q6_K_half_sums(v, eo, h, y->qs + 128 * h, &sum);
     }
-    /* unsigned levels 0..63 (value + 32); the -32 is applied through bsums */
-    Q6K_HALF(0) Q6K_HALF(1)
-#undef Q6K_HALF
-    const __m256i corr = _mm256_madd_epi16(load_bsums(y), _mm256_cvtepi8_epi16(sc8));
-    const __m256i sumi = _mm256_sub_epi32(_mm256_add_epi32(sum0, sum1), _mm256_slli_epi32(corr, 5));
-    *accp = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *accp);
+    *accp = q6_K_block_fma(x, y, sc8, sum, *accp);
 }
 
 #endif

@@ -45,6 +45,7 @@ cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot) {
     if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_q8_0_avx2;
     if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_q4_0_avx2;
     if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_q4_K_avx2;
+    if (dot == kiln_dot_q6_K_avx2) return cpu_gemm_q6_K_avx2;
     if (dot == kiln_dot_q8_0_vnni) return cpu_gemm_q8_0_avx512;
     if (dot == kiln_dot_q4_0_vnni) return cpu_gemm_q4_0_avx512;
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_q4_K_avx512;
@@ -60,6 +61,7 @@ cpu_gemm_fn cpu_gemm_rows_select(kiln_vec_dot_fn dot) {
     if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_rows_q8_0_avx2;
     if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_rows_q4_0_avx2;
     if (dot == kiln_dot_q4_K_avx2 || dot == kiln_dot_q4_K_vnni) return cpu_gemm_rows_q4_K_avx2;
+    if (dot == kiln_dot_q6_K_avx2) return cpu_gemm_rows_q6_K_avx2;
 #endif
     return cpu_gemm_rows_ref;
 }

@@ -130,6 +130,8 @@ void cpu_gemm_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q4_K x Q8_K tiles, bit-identical to kiln_dot_q4_K_avx2. */
 void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q6_K x Q8_K tiles, bit-identical to kiln_dot_q6_K_avx2 (on every x86 level: Q6_K has no VNNI dot). */
+void cpu_gemm_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 /* AVX-512 VNNI tiles (cpu_gemm_avx512.c), bit-identical to kiln_dot_q8_0_vnni / q4_0 / q4_K (= the AVX2 dots). */
 void cpu_gemm_q8_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
@@ -145,8 +147,9 @@ cpu_gemm_fn cpu_gemm_select(kiln_vec_dot_fn dot);
 void cpu_gemm_rows_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_rows_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_rows_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
-/* Q4_K: the tiled kernel's 1 x 4 tiles, row by row. */
+/* Q4_K, Q6_K: the tiled kernel's 1 x 4 tiles, row by row. */
 void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+void cpu_gemm_rows_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 /* The same on AVX-512 VNNI (cpu_gemm_avx512.c), reading a->yu (cpu_gemm_flip_row of each activation row); from 3
  * activation rows up two weight rows at a time (the halves of a zmm), each still read once. */

@@ -246,6 +246,57 @@ void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
     for (int r = r0; r < r1; r++) cpu_gemm_q4_K_avx2(a, r, r + 1, b0, b1); /* its 1 x 4 tiles */
 }
 
+/* ------------------------------------------------------------------------------------------ Q6_K */
+
+/* kiln_dot_q6_K_avx2 per pair and block (q6_K_dot_block's steps): the 6-bit values of a weight block are unpacked
+ * once per half for the tile's activation rows. (Q6_K: the Q4_K_M files' attn_v and ffn_down in half the layers
+ * and the output matrix.) */
+AVX2 static INLINE void q6_K_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn) {
+    const int nb = a->n / QK_K;
+    const block_q6_K *x[2];
+    const block_q8_K *y[4];
+    __m256 acc[2][4];
+    UNROLL for (int i = 0; i < tm; i++) x[i] = (const block_q6_K *)(a->w + (size_t)(r + i) * a->w_stride);
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_K *)(a->y + (size_t)(b + j) * a->y_stride);
+        UNROLL for (int i = 0; i < tm; i++) acc[i][j] = _mm256_setzero_ps();
+    }
+    for (int ib = 0; ib < nb; ib++) {
+        UNROLL for (int i = 0; i < tm; i++) {
+            const block_q6_K *xb = &x[i][ib];
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)xb->scales);
+            const __m256i eo = scales_even_odd(sc8);
+            __m256i sum[4], v[4];
+            UNROLL for (int j = 0; j < tn; j++) sum[j] = _mm256_setzero_si256();
+            UNROLL for (int h = 0; h < 2; h++) {
+                q6_K_unpack_half(xb, h, v);
+                UNROLL for (int j = 0; j < tn; j++) q6_K_half_sums(v, eo, h, y[j][ib].qs + 128 * h, &sum[j]);
+            }
+            UNROLL for (int j = 0; j < tn; j++) acc[i][j] = q6_K_block_fma(xb, &y[j][ib], sc8, sum[j], acc[i][j]);
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++)
+        UNROLL for (int i = 0; i < tm; i++) a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(acc[i][j]);
+}
+
+#define K6_TM 2
+#define K6_TN 4
+#define K6_TILE(tm, tn) \
+    AVX2 static void q6_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q6_K_tile(a, r, b, tm, tn); }
+K6_TILE(1, 1) K6_TILE(1, 2) K6_TILE(1, 3) K6_TILE(1, 4)
+K6_TILE(2, 1) K6_TILE(2, 2) K6_TILE(2, 3) K6_TILE(2, 4)
+#undef K6_TILE
+
+void cpu_gemm_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[K6_TM * K6_TN] = {q6_K_1x1, q6_K_1x2, q6_K_1x3, q6_K_1x4,
+                                                        q6_K_2x1, q6_K_2x2, q6_K_2x3, q6_K_2x4};
+    cpu_gemm_walk(a, r0, r1, b0, b1, K6_TM, K6_TN, tab);
+}
+
+void cpu_gemm_rows_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    for (int r = r0; r < r1; r++) cpu_gemm_q6_K_avx2(a, r, r + 1, b0, b1); /* its 1 x 4 tiles */
+}
+
 /* One activation row (decode): Q4_K (the Q4_K_M files' most matrices) and Q6_K (their tied output matrix) weight
  * rows two at a time (CPU_GEMM_ROW1_PAIRS over the block steps of kiln_dot_q4_K_avx2 / kiln_dot_q6_K_avx2). */
 #define Q4K_STEP(x, y, acc) q4_K_dot_block(x, y, &(acc)[0], &(acc)[1])
