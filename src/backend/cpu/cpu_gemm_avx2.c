@@ -227,24 +227,25 @@ AVX2 static INLINE void q4_K_tile(const cpu_gemm_args *a, int r, int b, const in
             a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(_mm256_sub_ps(acc[i][j], accm[i][j]));
 }
 
-/* 2 x 4 measured best on Zen 3 (1 x 4 and 2 x 2 slower) */
-#define K4_TM 2
-#define K4_TN 4
-#define K4_TILE(tm, tn) \
-    AVX2 static void q4_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q4_K_tile(a, r, b, tm, tn); }
-K4_TILE(1, 1) K4_TILE(1, 2) K4_TILE(1, 3) K4_TILE(1, 4)
-K4_TILE(2, 1) K4_TILE(2, 2) K4_TILE(2, 3) K4_TILE(2, 4)
-#undef K4_TILE
-
-void cpu_gemm_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const cpu_gemm_tile_fn tab[K4_TM * K4_TN] = {q4_K_1x1, q4_K_1x2, q4_K_1x3, q4_K_1x4,
-                                               q4_K_2x1, q4_K_2x2, q4_K_2x3, q4_K_2x4};
-    cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
-}
-
-void cpu_gemm_rows_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    for (int r = r0; r < r1; r++) cpu_gemm_q4_K_avx2(a, r, r + 1, b0, b1); /* its 1 x 4 tiles */
-}
+/* A K-quant's tiles NAME_TMxTN over NAME_tile, its block product cpu_gemm_NAME_avx2 and its small-batch product
+ * cpu_gemm_rows_NAME_avx2 (the 1 x 4 tiles, row by row). 2 x 4 measured best on Zen 3 for Q4_K (1 x 4 and 2 x 2
+ * slower). */
+#define K_TM 2
+#define K_TN 4
+#define K_TILE(name, tm, tn) \
+    AVX2 static void name##_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { name##_tile(a, r, b, tm, tn); }
+#define K_TILES(name)                                                                                         \
+    K_TILE(name, 1, 1) K_TILE(name, 1, 2) K_TILE(name, 1, 3) K_TILE(name, 1, 4)                              \
+    K_TILE(name, 2, 1) K_TILE(name, 2, 2) K_TILE(name, 2, 3) K_TILE(name, 2, 4)                              \
+    void cpu_gemm_##name##_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {                    \
+        static const cpu_gemm_tile_fn tab[K_TM * K_TN] = {name##_1x1, name##_1x2, name##_1x3, name##_1x4,   \
+                                                          name##_2x1, name##_2x2, name##_2x3, name##_2x4};  \
+        cpu_gemm_walk(a, r0, r1, b0, b1, K_TM, K_TN, tab);                                                   \
+    }                                                                                                        \
+    void cpu_gemm_rows_##name##_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {               \
+        for (int r = r0; r < r1; r++) cpu_gemm_##name##_avx2(a, r, r + 1, b0, b1);                          \
+    }
+K_TILES(q4_K)
 
 /* ------------------------------------------------------------------------------------------ Q6_K */
 
@@ -279,23 +280,7 @@ AVX2 static INLINE void q6_K_tile(const cpu_gemm_args *a, int r, int b, const in
         UNROLL for (int i = 0; i < tm; i++) a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(acc[i][j]);
 }
 
-#define K6_TM 2
-#define K6_TN 4
-#define K6_TILE(tm, tn) \
-    AVX2 static void q6_K_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { q6_K_tile(a, r, b, tm, tn); }
-K6_TILE(1, 1) K6_TILE(1, 2) K6_TILE(1, 3) K6_TILE(1, 4)
-K6_TILE(2, 1) K6_TILE(2, 2) K6_TILE(2, 3) K6_TILE(2, 4)
-#undef K6_TILE
-
-void cpu_gemm_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const cpu_gemm_tile_fn tab[K6_TM * K6_TN] = {q6_K_1x1, q6_K_1x2, q6_K_1x3, q6_K_1x4,
-                                                        q6_K_2x1, q6_K_2x2, q6_K_2x3, q6_K_2x4};
-    cpu_gemm_walk(a, r0, r1, b0, b1, K6_TM, K6_TN, tab);
-}
-
-void cpu_gemm_rows_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    for (int r = r0; r < r1; r++) cpu_gemm_q6_K_avx2(a, r, r + 1, b0, b1); /* its 1 x 4 tiles */
-}
+K_TILES(q6_K)
 
 /* One activation row (decode): Q4_K (the Q4_K_M files' most matrices) and Q6_K (their tied output matrix) weight
  * rows two at a time (CPU_GEMM_ROW1_PAIRS over the block steps of kiln_dot_q4_K_avx2 / kiln_dot_q6_K_avx2). */
