@@ -286,10 +286,7 @@ AVX2 void kiln_dot_q5_K_avx2(int n, float *s, const void *vx, const void *vy) {
         const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_and_si256(SHIFT_TO_BIT4(hbits, 2 * (j)), m16)); \
         const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),                      \
                                            _mm256_and_si256(SHIFT_TO_BIT4(hbits, 2 * (j) + 1), m16));           \
-        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));       \
-        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32)));  \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * (j))));                          \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * (j) + 1)));                      \
+        k4_pair_sums(lo, hi, q8, sc, j, &sum0, &sum1);                                                          \
     }
         Q5K_PAIR(0) Q5K_PAIR(1) Q5K_PAIR(2) Q5K_PAIR(3)
 #undef Q5K_PAIR

@@ -58,6 +58,16 @@ AVX2 static inline __m256i k4_scales_mins(const uint8_t *packed, __m256i *mins16
     return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc8));
 }
 
+/* The integer sums of values 64j..64j+63 of a Q4_K / Q5_K block (lo, hi: its 32 + 32 unsigned levels; sc: the 8
+ * scales, k4_scales_mins) against the activation values q8 of the block, added to *sum0 / *sum1. */
+AVX2 static inline __attribute__((always_inline)) void k4_pair_sums(__m256i lo, __m256i hi, const int8_t *q8, __m256i sc, int j,
+                                                                  __m256i *sum0, __m256i *sum1) {
+    const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+    const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+    *sum0 = _mm256_add_epi32(*sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * j)));
+    *sum1 = _mm256_add_epi32(*sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * j + 1)));
+}
+
 /* One block of kiln_dot_q4_K_avx2 (its steps, in its order): accm += (y.d * h2f(x.dmin)) * the mins term, acc +=
  * (y.d * h2f(x.d)) * the integer sums; the dot is hsum(acc - accm) over the blocks. */
 AVX2 static inline __attribute__((always_inline)) void q4_K_dot_block(const block_q4_K *x, const block_q8_K *y, __m256 *acc, __m256 *accm) {
@@ -67,19 +77,11 @@ AVX2 static inline __attribute__((always_inline)) void q4_K_dot_block(const bloc
     const __m256i sc = k4_scales_mins(x->scales, &mins16);
     const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(load_bsums(y), mins16));
     *accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), mins, *accm);
-    const int8_t *q8 = y->qs;
     __m256i sum0 = _mm256_setzero_si256(), sum1 = sum0;
-#define Q4K_PAIR(j)                                                                                             \
-    {                                                                                                           \
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * (j)));                              \
-        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);          \
-        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j))));       \
-        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * (j) + 32)));  \
-        sum0 = _mm256_add_epi32(sum0, _mm256_madd_epi16(p0, scale_one(sc, 2 * (j))));                          \
-        sum1 = _mm256_add_epi32(sum1, _mm256_madd_epi16(p1, scale_one(sc, 2 * (j) + 1)));                      \
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        k4_pair_sums(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), y->qs, sc, j, &sum0, &sum1);
     }
-    Q4K_PAIR(0) Q4K_PAIR(1) Q4K_PAIR(2) Q4K_PAIR(3)
-#undef Q4K_PAIR
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(sum0, sum1)), *acc);
 }
 
@@ -133,7 +135,7 @@ AVX2 static inline __attribute__((always_inline)) void q6_K_dot_block(const bloc
     const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
     const __m256i eo = scales_even_odd(sc8);
     __m256i sum = _mm256_setzero_si256(), v[4];
-    for (int h = 0; h < 2; h++) {
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
         q6_K_unpack_half(x, h, v);
         q6_K_half_sums(v, eo, h, y->qs + 128 * h, &sum);
     }
