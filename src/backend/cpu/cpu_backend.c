@@ -7,7 +7,7 @@
  * Shapes (B = rows in this call, E = n_embd, Q = n_head*hd, KV = n_head_kv*hd, F = n_ff, O = output rows):
  *   x (B,E) residual stream     xb (B,E) normed     q (B,Q) k,v (B,KV)     att (B,Q)     hb, hb2 (B,F)
  *   moe: the buffers of the mixture-of-experts blocks (cpu_moe.h), when the model has any
- *   xo (O,E) the output rows, normed              k_cache, v_cache (n_seq, n_layer, n_ctx, KV) F16
+ *   xo (O,E) the output rows, normed              k_cache, v_cache (n_seq, n_layer, n_head_kv, n_ctx, hd) F16
  * Every matrix product covers all B rows at once (each weight row is read once per call for every
  * sequence); attention runs per row over its own sequence's cache. Each row's arithmetic is the same
  * whatever else is in the batch, so a sequence's logits in a batch equal its logits alone, bit for bit.
@@ -41,7 +41,7 @@ typedef struct cpu_state {
     float *x, *xb, *xb2, *q, *k, *v, *att, *hb, *hb2, *xo, *scores;
     float *rope_cos, *rope_sin;   /* (n_ctx, n_rot/2) */
     float *qh;                    /* per thread: one head of q rounded to F16 */
-    uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_ctx, KV) F16 */
+    uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_head_kv, n_ctx, hd) F16: a head's keys contiguous */
     size_t kv_per_seq;            /* elements of one sequence's K (or V) region */
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
@@ -185,9 +185,12 @@ typedef struct attn_job {
     int layer, B;
 } attn_job;
 
-/* The K (or V) cache row of (sequence, layer, position). */
-static size_t kv_at(const cpu_state *s, int seq, int layer, int pos, int KV) {
-    return (size_t)seq * s->kv_per_seq + ((size_t)layer * s->cfg.n_ctx + (size_t)pos) * (size_t)KV;
+/* The K (or V) cache row of (sequence, layer, KV head, position): head-major within a layer, so attention over
+ * one head reads its keys as one linear stream of hd halves each (position-major, the head's 2 * hd bytes in
+ * every n_head_kv * 2 * hd, read 40-50% slower at 1,000 keys: bench/RESULTS.md). */
+static size_t kv_at(const cpu_state *s, int seq, int layer, int head, int pos, int hd) {
+    const size_t layer_size = (size_t)s->cfg.n_ctx * (size_t)s->m->hp.n_head_kv * (size_t)s->m->hp.head_dim;
+    return (size_t)seq * s->kv_per_seq + (size_t)layer * layer_size + ((size_t)head * s->cfg.n_ctx + (size_t)pos) * (size_t)hd;
 }
 
 /* Causal grouped-query attention for every (row, head) pair of the batch, each row over the positions
@@ -195,20 +198,20 @@ static size_t kv_at(const cpu_state *s, int seq, int layer, int pos, int KV) {
 static void attention(void *ctx, int lo, int hi, int ith) {
     attn_job *j = ctx;
     cpu_state *s = j->s;
-    const int hd = j->a->head_dim, nh = j->a->n_head, KV = j->a->n_head_kv * hd, group = nh / j->a->n_head_kv;
+    const int hd = j->a->head_dim, nh = j->a->n_head, group = nh / j->a->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = s->scores + (size_t)ith * s->cfg.n_ctx;
     float *qf = s->qh + (size_t)ith * hd;
     for (int p = lo; p < hi; p++) {
         const int t = p / nh, hh = p % nh, kvh = hh / group, n_keys = j->rows[t].pos + 1;
-        const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
-        const uint16_t *vc = s->v_cache + kv_at(s, j->rows[t].seq, j->layer, 0, KV) + (size_t)kvh * hd;
+        const uint16_t *kc = s->k_cache + kv_at(s, j->rows[t].seq, j->layer, kvh, 0, hd);
+        const uint16_t *vc = s->v_cache + kv_at(s, j->rows[t].seq, j->layer, kvh, 0, hd);
         memcpy(qf, s->q + (size_t)t * nh * hd + (size_t)hh * hd, (size_t)hd * sizeof *qf);
         s->attn.round_f16(qf, hd);
-        s->attn.scores(sc, qf, kc, (size_t)KV, n_keys, hd, scale);
+        s->attn.scores(sc, qf, kc, (size_t)hd, n_keys, hd, scale);
         cpu_softmax(sc, n_keys);
         s->attn.round_f16(sc, n_keys);
-        s->attn.mix(s->att + (size_t)t * nh * hd + (size_t)hh * hd, sc, vc, (size_t)KV, n_keys, hd);
+        s->attn.mix(s->att + (size_t)t * nh * hd + (size_t)hh * hd, sc, vc, (size_t)hd, n_keys, hd);
     }
 }
 
@@ -239,9 +242,11 @@ static void rope_and_store(cpu_state *s, const kiln_block_attn *a, int il, const
             if (a->k_norm) cpu_rmsnorm(kh, kh, a->k_norm->data, hd, eps);
             cpu_rope_head(kh, c, sn, a->n_rot, neox);
         }
-        const size_t at = kv_at(s, rows[t].seq, il, p, KV);
-        s->to_f16(s->k + (size_t)t * KV, s->k_cache + at, KV);
-        s->to_f16(s->v + (size_t)t * KV, s->v_cache + at, KV);
+        for (int h = 0; h < a->n_head_kv; h++) {
+            const size_t at = kv_at(s, rows[t].seq, il, h, p, hd);
+            s->to_f16(s->k + (size_t)t * KV + (size_t)h * hd, s->k_cache + at, hd);
+            s->to_f16(s->v + (size_t)t * KV + (size_t)h * hd, s->v_cache + at, hd);
+        }
     }
 }
 
