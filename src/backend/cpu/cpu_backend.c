@@ -42,7 +42,7 @@ typedef struct cpu_state {
     float *rope_cos, *rope_sin;   /* (n_ctx, n_rot/2) */
     float *qh;                    /* per thread: one head of q rounded to F16 */
     uint16_t *k_cache, *v_cache;  /* (n_seq, n_layer, n_head_kv, n_ctx, hd) F16: a head's keys contiguous */
-    size_t kv_per_seq;            /* elements of one sequence's K (or V) region */
+    size_t kv_per_seq, kv_per_layer; /* elements of one sequence's K (or V) region, of one layer's part of it */
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
@@ -81,7 +81,8 @@ static size_t layout(cpu_state *s, uint8_t *base) {
     const size_t B = (size_t)s->cfg.max_batch, E = (size_t)hp->n_embd, Q = (size_t)hp->n_head * hp->head_dim,
                  KV = (size_t)hp->n_head_kv * hp->head_dim, F = (size_t)hp->n_ff, C = (size_t)s->cfg.n_ctx,
                  O = (size_t)s->cfg.max_out;
-    s->kv_per_seq = (size_t)hp->n_layer * C * KV;
+    s->kv_per_layer = C * KV;
+    s->kv_per_seq = (size_t)hp->n_layer * s->kv_per_layer;
     size_t off = 0;
     s->x = carve(base, &off, B * E * 4);
     s->xb = carve(base, &off, B * E * 4);
@@ -189,8 +190,7 @@ typedef struct attn_job {
  * one head reads its keys as one linear stream of hd halves each (position-major, the head's 2 * hd bytes in
  * every n_head_kv * 2 * hd, read 40-50% slower at 1,000 keys: bench/RESULTS.md). */
 static size_t kv_at(const cpu_state *s, int seq, int layer, int head, int pos, int hd) {
-    const size_t layer_size = (size_t)s->cfg.n_ctx * (size_t)s->m->hp.n_head_kv * (size_t)s->m->hp.head_dim;
-    return (size_t)seq * s->kv_per_seq + (size_t)layer * layer_size + ((size_t)head * s->cfg.n_ctx + (size_t)pos) * (size_t)hd;
+    return (size_t)seq * s->kv_per_seq + (size_t)layer * s->kv_per_layer + ((size_t)head * s->cfg.n_ctx + (size_t)pos) * (size_t)hd;
 }
 
 /* Causal grouped-query attention for every (row, head) pair of the batch, each row over the positions
