@@ -20,19 +20,22 @@
  * rounding (or CUDA's expf's 2 ulp) of a boundary.
  *
  * The passes (CK_SAMPLE_PASSES launches of k_sample, grid (slices, rows), each row independent; slices of at
- * least 4096 logits for pass 0 and the HIST, 1024 for the GATHERs, fewer per row when many rows would exceed two
- * waves (one wave for the GATHERs)): pass 0 applies the penalties
+ * least 1024 logits, fewer per row when many rows would exceed one wave): pass 0 applies the penalties
  * of each slice and finds its maximum; every later pass is HIST (the slices' histograms added into the row's)
  * or GATHER (the slices' members of a few bins appended to the row's list), as the row's record says. The last
  * block of a row to finish a pass (an atomic count) reads the record and runs the chain's next step with 1024
  * threads: it resolves a bin or a crossing and sets the next pass. Top-k (k <= GCAP): its count histogram, the
  * gather of every candidate up to the crossing bin, then the rest of the chain on those k in shared memory.
  * Top-k off: one HIST of every candidate's terms expf(l - mx) and expf((l - mx) / t) in 62-bit fixed point
- * (exact integer sums: the normalizers and the bins agree in any order; min-p's cut, a key, set before it);
- * they place top-p's crossing (and then the draw's) within a bin of where the exact weights cross, so a GATHER
- * of the bins around it, which also sums the slices' exact weights below them, finds the exact crossing; the
- * draw's normalizer over what the cut keeps comes from the histogram. So top-p and the draw take pass 0, HIST
- * and two GATHERs; temperature and min-p alone one GATHER. What the passes do not resolve (top-k > GCAP, a
+ * (exact integer sums: the normalizers and the bins agree in any order; min-p's cut, a key, set before it).
+ * The fast path: the histogram places top-p's crossing in the fixed-point terms in one bin, and the draw's in
+ * a few bins whatever part of that bin the cut keeps; one GATHER of those bins, and the step decides both
+ * crossings from the fixed-point terms where each lies further from its target than the exact weights can
+ * differ from them (fast_margin: a few parts in 10^7, so almost always). Else the exact chain: the terms place
+ * top-p's crossing (and then the draw's) within a bin of where the exact weights cross, so a GATHER of the bins
+ * around it, which also sums the slices' exact weights below them, finds the exact crossing; the draw's
+ * normalizer over what the cut keeps comes from the histogram. So top-p and the draw take pass 0, HIST and one
+ * GATHER (the exact chain two more). What the passes do not resolve (top-k > GCAP, a
  * crowd of more than GCAP equal logits near a crossing, a crossing that rounding moved out of the gathered bins,
  * u beyond the rounded total) runs the whole chain on one block (chain_block: the same select, splitting a
  * crowded bin 2048 ways by K), as does a row that would need more passes than there are.
@@ -532,18 +535,18 @@ __device__ int chain_block(const kiln_sample_spec *sp, const float *lg, int V, i
 /* ---- the passes: G blocks per row over slices of the vocabulary, the last block of each pass to finish
  * reads what they left in the row's record and runs the chain's next step */
 
-constexpr int SLICE = 4096; /* logits per block of a pass at least (at most GMAX blocks per row) */
-constexpr int GMAX = 64;
-constexpr int GRID_BLOCKS = 256; /* blocks of a pass at most (two waves: one block of 1024 threads fits an SM)
-                                  * unless the rows alone are more: many rows take fewer, larger slices each */
-constexpr int GATHER_SLICE = 1024, GATHER_BLOCKS = 128; /* the GATHERs (passes 2 and later), which merge no
-                                  * histogram: slices of 1024 logits at least, one wave of blocks at most */
+constexpr int SLICE = 1024; /* logits per block of a pass at least (at most GMAX blocks per row) */
+constexpr int GMAX = 128;
+constexpr int GRID_BLOCKS = 128; /* blocks of a pass at most (one wave: one block of 1024 threads fits an SM)
+                                  * unless the rows alone are more: many rows take fewer, larger slices each
+                                  * (H200, against slices of 4096 in up to two waves: sampled steps 4-24 us
+                                  * shorter at 1-16 rows; bench/RESULTS.md) */
 constexpr int NPASS = CK_SAMPLE_PASSES;
 
 /* OP_IDLE: a pass that reads nothing (pass 0's fallback runs in pass 1: pass 0's blocks wrote the penalties, which
  * the last block's L1 may hold stale lines of; a new kernel reads them fresh) */
 enum { OP_NONE, OP_HIST, OP_GATHER, OP_IDLE };
-enum { PH_PLAN, PH_TOPK_BIN, PH_TOPK_SET, PH_HIST, PH_TOPP_CUT, PH_DRAW_PICK, PH_FALLBACK };
+enum { PH_PLAN, PH_TOPK_BIN, PH_TOPK_SET, PH_HIST, PH_FAST, PH_TOPP_CUT, PH_DRAW_PICK, PH_FALLBACK };
 enum { ST_DONE, ST_ISSUED, ST_FALLBACK }; /* what a step did */
 /* What a HIST pass counts per value bin of the set: its candidates (top-k); and their terms at the temperature
  * (the draw); and their terms at temperature 1, with every logit's term at 1 summed per slice (top-p). */
@@ -564,7 +567,7 @@ struct row_t {
     int op, phase;         /* the next pass (OP_*) and the step after it (PH_*) */
     int hmode;             /* HIST: HM_* */
     int n_gather, expect;  /* keys a GATHER appended / the count its bins hold */
-    int glo, ghi;          /* GATHER: the members of value bins glo..ghi */
+    int glo, ghi, gb;      /* GATHER: the members of value bins glo..ghi and of bin gb (-1 none) */
     int wsum;              /* GATHER: sum the exact weights of the set's members below bin glo */
     int one_block;         /* the call's id came from chain_block (ck_sample_path_offset) */
     float mx, vmin, scale; /* bins linear in the logit over [vmin, mx] */
@@ -574,6 +577,9 @@ struct row_t {
     u64 kmax, kmin;        /* the maximum's key; the set is K >= kmin */
     u64 target;            /* top-k: k; otherwise the crossing's target in the exact weights */
     u64 cnt_lo;            /* the set's candidates below bin glo */
+    int fb;                /* PH_FAST: top-p's crossing bin in the histogram (-1: no cut) */
+    u64 z1, h1b;           /* PH_FAST: top-p's normalizer (fixed terms at 1 over all ids); h1 before bin fb */
+    u64 htlo, ztlo;        /* PH_FAST: ht before bin glo; ht before bin fb (no cut: the set's whole ht) */
     part_t part[GMAX];
     u64 h1[NBIN];          /* HIST: terms at 1, terms at the temperature, candidates per bin */
     u64 ht[NBIN];
@@ -589,12 +595,7 @@ static int slices_of(int V, int slice, int cap) {
     g = g < cap ? g : cap;
     return g < 1 ? 1 : g > GMAX ? GMAX : g;
 }
-static int n_slices(int V, int n_rows, int pass) {
-    const int g = slices_of(V, SLICE, GRID_BLOCKS / n_rows);
-    if (pass < 2) return g; /* pass 0 and the HIST */
-    const int gg = slices_of(V, GATHER_SLICE, GATHER_BLOCKS / n_rows);
-    return gg > g ? gg : g;
-}
+static int n_slices(int V, int n_rows) { return slices_of(V, SLICE, GRID_BLOCKS / n_rows); }
 __host__ __device__ __forceinline__ size_t row_bytes(int V) { return ROW_BYTES + ((size_t)V * 4 + 255) / 256 * 256; }
 
 /* The value bin of logit l (the same rounding in every pass). */
@@ -607,8 +608,16 @@ __device__ __forceinline__ int vbin(float mx, float l, float scale) {
  * terms of a row sum below 2^62, exactly in any order. */
 __device__ __forceinline__ u64 fixed(float e, float fx) { return __float2ull_rn(__fmul_rn(e, fx)); }
 
-/* pass 0: the slice's penalties, then its maximum key and lowest finite logit */
+/* The share of block g of G of zeroing the row's histograms (for the next call's HIST). */
+__device__ void zero_hist(row_t *R, int g, int G) {
+    const int per = (NBIN + G - 1) / G, b1 = min(NBIN, (g + 1) * per);
+    for (int b = g * per + (int)threadIdx.x; b < b1; b += ST) R->h1[b] = 0, R->ht[b] = 0, R->hc[b] = 0;
+}
+
+/* pass 0: the block's share of clearing the row's histograms (the last call's), the slice's penalties, then its
+ * maximum key and lowest finite logit */
 __device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi, row_t *R, smem_t &sm) {
+    zero_hist(R, blockIdx.x, gridDim.x);
     for (int i = threadIdx.x; i < sp->n_pen; i += ST) {
         const int id = sp->pen_id[i], count = sp->pen_count[i];
         if (id < lo || id >= hi) continue; /* another block's (or outside the vocabulary) */
@@ -661,20 +670,13 @@ __device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, i
     }
 }
 
-/* The share of block g of G of zeroing the row's histograms (for the next call's HIST). */
-__device__ void zero_hist(row_t *R, int g, int G) {
-    const int per = (NBIN + G - 1) / G, b1 = min(NBIN, (g + 1) * per);
-    for (int b = g * per + (int)threadIdx.x; b < b1; b += ST) R->h1[b] = 0, R->ht[b] = 0, R->hc[b] = 0;
-}
 
-/* GATHER: appends the keys of the slice's members of bins glo..ghi to the row's list; with wsum, the slice's
- * exact weights of the set's members below bin glo too. The chain's last GATHER (its step reads no histogram)
- * zeroes the row's histograms as well. */
+/* GATHER: appends the keys of the slice's members of bins glo..ghi and gb to the row's list; with wsum, the
+ * slice's exact weights of the set's members below bin glo too. */
 __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
-    if (R->phase == PH_DRAW_PICK || R->phase == PH_TOPK_SET) zero_hist(R, blockIdx.x, gridDim.x);
     const float mx = R->mx, scale = R->scale;
     const u64 kmin = R->kmin;
-    const int glo = R->glo, ghi = R->ghi, wsum = R->wsum, lane = threadIdx.x & 31;
+    const int glo = R->glo, ghi = R->ghi, gb = R->gb, wsum = R->wsum, lane = threadIdx.x & 31;
     const wfn W = {false, R->wtemp, R->wzinv};
     u64 below = 0;
     for (int i0 = lo + (int)threadIdx.x - lane; i0 < hi; i0 += ST) {
@@ -686,7 +688,7 @@ __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R, smem_t &s
             k = order_key(l, i);
             if (k >= kmin) {
                 const int b = vbin(mx, l, scale);
-                q = b >= glo && b <= ghi;
+                q = (b >= glo && b <= ghi) || b == gb;
                 if (wsum && b < glo) below += weight(W, mx, l);
             }
         }
@@ -709,7 +711,7 @@ __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R, smem_t &s
 /* Sets the next pass to HIST (mode) over K >= kmin with bins over [vlo, mx], then step `phase`. */
 __device__ int issue_hist(row_t *R, int phase, int mode, u64 kmin, float vlo, u64 target) {
     __syncthreads(); /* every thread has read R's old values */
-    if (threadIdx.x == 0) { /* the histograms are zero (the chain's last GATHER or its fallback left them so) */
+    if (threadIdx.x == 0) { /* the histograms are zero (pass 0 cleared them) */
         const float mx = R->mx;
         R->op = OP_HIST, R->phase = phase, R->hmode = mode;
         R->kmin = kmin, R->vmin = vlo, R->scale = mx > vlo ? (float)NBIN / (mx - vlo) : 0.0f;
@@ -718,11 +720,14 @@ __device__ int issue_hist(row_t *R, int phase, int mode, u64 kmin, float vlo, u6
     return ST_ISSUED;
 }
 
-/* Sets the next pass to GATHER the members of bins lo..hi (`expect` of them), without weights. */
-__device__ int issue_gather(row_t *R, int phase, int lo, int hi, int expect) {
+/* Sets the next pass to GATHER the members of bins lo..hi and of bin gb (-1: none), `expect` of them, without
+ * weights. */
+__device__ int issue_gather(row_t *R, int phase, int lo, int hi, int gb, int expect) {
     __syncthreads();
-    if (threadIdx.x == 0)
-        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->wsum = 0, R->expect = expect, R->n_gather = 0;
+    if (threadIdx.x == 0) {
+        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->gb = gb;
+        R->wsum = 0, R->expect = expect, R->n_gather = 0;
+    }
     return ST_ISSUED;
 }
 
@@ -820,7 +825,7 @@ __device__ int step_topk_bin(row_t *R, smem_t &sm) {
     if (b < 0) return ST_FALLBACK;
     const u64 p = sm.c_before + sm.hc[b];
     if (p > GCAP) return ST_FALLBACK; /* ties of more than GCAP at the top */
-    return issue_gather(R, PH_TOPK_SET, 0, b, (int)p);
+    return issue_gather(R, PH_TOPK_SET, 0, b, -1, (int)p);
 }
 
 /* after the top-k prefix's gather: the k candidates sorted, the rest of the chain in shared memory */
@@ -846,7 +851,7 @@ __device__ int issue_near(row_t *R, int phase, int b, u64 kmin, float temp, doub
     const u64 cnt_lo = bins_sum(0, lo, true, sm);
     __syncthreads();
     if (threadIdx.x == 0) {
-        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->wsum = 1, R->expect = (int)n;
+        R->op = OP_GATHER, R->phase = phase, R->glo = lo, R->ghi = hi, R->gb = -1, R->wsum = 1, R->expect = (int)n;
         R->n_gather = 0, R->kmin = kmin, R->wtemp = temp, R->wzinv = zinv, R->target = target;
         R->cnt_lo = cnt_lo;
     }
@@ -865,21 +870,53 @@ __device__ int issue_draw(const kiln_sample_spec *sp, row_t *R, u64 kmin, u64 zt
                       (u64)(sp->u * FP_ONE), sm);
 }
 
-/* after the HIST of the draw or of top-p: gather near the bin of top-p's crossing (its normalizer: the
- * slices' sums), or, without a cut, near the draw's */
+/* The exact chain after the HIST, with the row's histogram of terms in sm.hw / sm.hc: b, top-p's crossing bin
+ * in the fixed-point terms (-1: no cut), z1 its normalizer. Gathers near the crossing of top-p's exact weights
+ * (then the draw's, step_topp_cut), or, without a cut, near the draw's. */
+__device__ int exact_after_hist(const kiln_sample_spec *sp, row_t *R, int b, u64 z1, smem_t &sm) {
+    if (b >= 0)
+        return issue_near(R, PH_TOPP_CUT, b, R->kmin, 1.0f, (double)R->fx / (double)z1,
+                          (u64)((double)sp->top_p * FP_ONE), sm);
+    return issue_draw(sp, R, R->kmin, bins_sum(0, NBIN, false, sm), NBIN - 1, sm);
+}
+
+/* The fast path after the HIST (terms at the temperature in sm.hw, counts in sm.hc): one GATHER of top-p's
+ * crossing bin b (-1: no cut) and of the bins where the draw's crossing lies for every normalizer the cut can
+ * leave (between the set's terms before bin b and through it), which step_fast resolves from the fixed-point
+ * terms alone. ST_FALLBACK when those bins hold more than GCAP candidates. */
+__device__ int plan_fast(const kiln_sample_spec *sp, row_t *R, int b, u64 z1, u64 h1b, smem_t &sm) {
+    const u64 zlo = bins_sum(0, b >= 0 ? b : NBIN, false, sm), zhi = b >= 0 ? zlo + sm.hw[b] : zlo;
+    if (zhi == 0) return ST_FALLBACK;
+    const u64 tlo = (u64)(sp->u * (double)zlo), thi = (u64)(sp->u * (double)zhi);
+    cross_bins(0, 0, tlo, true, sm);
+    const int dlo = sm.chosen;
+    const u64 htlo = sm.c_w;
+    cross_bins(0, 0, thi < zhi ? thi : zhi - 1, true, sm);
+    const int dhi = sm.chosen;
+    if (dlo < 0 || dhi < dlo || (b >= 0 && dhi > b)) return ST_FALLBACK;
+    const int gb = b > dhi ? b : -1;
+    const u64 n = bins_sum(dlo, dhi + 1, true, sm) + (gb >= 0 ? sm.hc[gb] : 0);
+    if (n > GCAP) return ST_FALLBACK;
+    __syncthreads();
+    if (threadIdx.x == 0) R->fb = b, R->z1 = z1, R->h1b = h1b, R->htlo = htlo, R->ztlo = zlo;
+    return issue_gather(R, PH_FAST, dlo, dhi, gb, (int)n);
+}
+
+/* after the HIST of the draw or of top-p: top-p's crossing bin in the fixed-point terms at 1 (its normalizer:
+ * the slices' sums), then the fast path's gather, else the exact chain's */
 __device__ int step_hist(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
+    int b = -1;
+    u64 z1 = 0, h1b = 0;
     if (R->hmode == HM_TOPP) {
         sum_parts(R, sm);
-        const u64 z1 = sm.c_before;
+        z1 = sm.c_before;
         hist_load(R, R->h1, sm);
         cross_bins(0, 0, (u64)((double)sp->top_p * (double)z1), false, sm);
-        if (sm.chosen >= 0)
-            return issue_near(R, PH_TOPP_CUT, sm.chosen, R->kmin, 1.0f, (double)R->fx / (double)z1,
-                              (u64)((double)sp->top_p * FP_ONE), sm);
-        /* the set (min-p's) holds less than top-p of the mass: no cut */
+        b = sm.chosen, h1b = sm.c_w; /* b < 0: the set (min-p's) holds less than top-p of the mass: no cut */
     }
     hist_load(R, R->ht, sm);
-    return issue_draw(sp, R, R->kmin, bins_sum(0, NBIN, false, sm), NBIN - 1, sm);
+    if (plan_fast(sp, R, b, z1, h1b, sm) == ST_ISSUED) return ST_ISSUED;
+    return exact_after_hist(sp, R, b, z1, sm);
 }
 
 /* Over the gathered candidates (sorted) in the exact weights W after the set's members below them (the slices'
@@ -935,12 +972,81 @@ __device__ int step_draw_pick(const kiln_sample_spec *sp, row_t *R, int *out, sm
     return finish(R, out, key_id(sm.sk[pick]));
 }
 
+/* How far a cumulative x (a fraction of its normalizer) in the histogram's fixed-point terms can lie from the
+ * exact weights' (the float rounding of each term over the normalizer, 2^-24 relative, and the fixed points'
+ * roundings, under one unit of the last place of each term): where the two cumulatives at a crossing's
+ * candidate and at the one before it are both further than this from the target, the exact chain picks the
+ * candidate the fixed-point terms pick. */
+__device__ __forceinline__ double fast_margin(double x, int V, double z) {
+    return x * 0x1p-23 + (double)V * (1.0 / z + 0x1p-61) + 0x1p-50;
+}
+
+/* Over the sorted candidates sm.sk[0..m): the first whose inclusive cumulative inc crosses target T (strict
+ * or not; `eligible` its own flag, e its term), checked by margin against the exact weights' crossing of xt
+ * (the exact chain's target, a fraction) with normalizer z; its position, or -1 (none, or too close to
+ * call). Every thread calls; the result is in every thread. */
+__device__ int fast_cross(bool eligible, u64 inc, u64 e, u64 T, bool strict, double xt, double z, int V,
+                          smem_t &sm) {
+    if (threadIdx.x == 0) sm.chosen = -1;
+    __syncthreads();
+    if (eligible && crosses(inc, T, strict) && !crosses(inc - e, T, strict)) {
+        const double x = (double)inc / z, xp = (double)(inc - e) / z;
+        const bool sure = x - fast_margin(x, V, z) > xt && xp + fast_margin(xp, V, z) < xt;
+        sm.chosen = sure ? (int)threadIdx.x : -2;
+    }
+    __syncthreads();
+    const int c = sm.chosen;
+    __syncthreads();
+    return c >= 0 ? c : -1;
+}
+
+/* The fast path's decision over the gathered bins (sorted into sm.sk[0..m)): top-p's cut within bin fb by the
+ * cumulative terms at 1, then the draw over what the cut keeps by the cumulative terms at the temperature
+ * (their normalizer: the set's terms before fb and the kept members of fb); the id, or -1 where either
+ * crossing comes too close to call (the exact chain decides). */
+__device__ int fast_pick(const kiln_sample_spec *sp, const row_t *R, int V, int m, smem_t &sm) {
+    const int t = threadIdx.x, b = R->fb;
+    const float mx = R->mx, scale = R->scale, fx = R->fx;
+    const float l = t < m ? key_value(sm.sk[t]) : 0.0f;
+    const int bt = t < m ? vbin(mx, l, scale) : -1;
+    const u64 et = t < m ? fixed(term(l, mx, sp->temperature), fx) : 0;
+    int cut = m; /* the kept candidates: positions below cut */
+    u64 zt = R->ztlo;
+    u64 total;
+    if (b >= 0) {
+        const u64 e1 = bt == b ? fixed(term(l, mx, 1.0f), fx) : 0;
+        const u64 inc = R->h1b + block_exscan_u64(e1, &total, sm) + e1;
+        const double z1 = (double)R->z1, tp = (double)(u64)((double)sp->top_p * FP_ONE) / FP_ONE;
+        const int c = fast_cross(bt == b, inc, e1, (u64)((double)sp->top_p * z1), false, tp, z1, V, sm);
+        if (c < 0) return -1;
+        cut = c + 1;
+        zt += block_sum_u64(bt == b && t <= c ? et : 0, sm);
+    }
+    const bool in = t < cut && bt >= R->glo && bt <= R->ghi;
+    const u64 ed = in ? et : 0;
+    const u64 inc = R->htlo + block_exscan_u64(ed, &total, sm) + ed;
+    const double xu = (double)(u64)(sp->u * FP_ONE) / FP_ONE;
+    const int d = fast_cross(in, inc, ed, (u64)(sp->u * (double)zt), true, xu, (double)zt, V, sm);
+    return d < 0 ? -1 : key_id(sm.sk[d]);
+}
+
+/* after the fast path's gather: the drawn candidate, else (a crossing too close to call) the exact chain from
+ * the row's histograms, which nothing has cleared */
+__device__ int step_fast(const kiln_sample_spec *sp, row_t *R, int V, int *out, smem_t &sm) {
+    const int m = gathered_sorted(R, sm);
+    const int id = m >= 0 ? fast_pick(sp, R, V, m, sm) : -1;
+    if (id >= 0) return finish(R, out, id);
+    hist_load(R, R->ht, sm);
+    return exact_after_hist(sp, R, R->fb, R->z1, sm);
+}
+
 __device__ int step(const kiln_sample_spec *sp, row_t *R, int V, int pass, int *out, smem_t &sm) {
     switch (pass == 0 ? PH_PLAN : R->phase) {
     case PH_PLAN: return step_plan(sp, R, V, out, sm);
     case PH_TOPK_BIN: return step_topk_bin(R, sm);
     case PH_TOPK_SET: return step_topk_set(sp, R, out, sm);
     case PH_HIST: return step_hist(sp, R, sm);
+    case PH_FAST: return step_fast(sp, R, V, out, sm);
     case PH_TOPP_CUT: return step_topp_cut(sp, R, sm);
     case PH_DRAW_PICK: return step_draw_pick(sp, R, out, sm);
     default: return ST_FALLBACK;
@@ -978,7 +1084,6 @@ __global__ void __launch_bounds__(ST) k_sample(const kiln_sample_spec *specs, fl
         if (threadIdx.x == 0) R->op = OP_IDLE, R->phase = PH_FALLBACK;
     } else if (s == ST_FALLBACK || (s == ST_ISSUED && pass == NPASS - 1)) {
         __syncthreads();
-        zero_hist(R, 0, 1);
         finish(R, ids + r, chain_block(sp, lg, V, (int *)((unsigned char *)R + ROW_BYTES), sm));
         if (threadIdx.x == 0) R->one_block = 1;
     }
@@ -995,6 +1100,6 @@ void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t
                void *scratch, cudaStream_t stream) {
     if (n_rows <= 0) return;
     for (int p = 0; p < NPASS; p++) /* the first pass an ordinary launch: it starts after the kernel before it */
-        launch(k_sample, dim3(n_slices(n_vocab, n_rows, p), n_rows), dim3(ST), 0, stream, p > 0, specs, logits, n_vocab,
+        launch(k_sample, dim3(n_slices(n_vocab, n_rows), n_rows), dim3(ST), 0, stream, p > 0, specs, logits, n_vocab,
                stride, ids, (unsigned char *)scratch, p);
 }

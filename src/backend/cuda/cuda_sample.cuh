@@ -15,7 +15,7 @@
 /* Threads of a block of the sampling kernel. */
 #define CK_SAMPLE_THREADS 1024
 /* Launches of the sampling kernel per call of ck_sample (its passes). */
-#define CK_SAMPLE_PASSES 4
+#define CK_SAMPLE_PASSES 5
 
 /* The sampling kernel, for the eager load at open (cudaFuncGetAttributes). */
 const void *ck_sample_kernel(void);
@@ -30,8 +30,8 @@ size_t ck_sample_path_offset(void);
 /* For each row r < n_rows whose specs[r].mode is KILN_SPEC_SAMPLE: applies the penalties to logits + r * stride
  * in place (n_vocab floats), then writes the chosen id to ids[r]; rows of mode KILN_SPEC_NONE are left alone
  * (ids[r] untouched). scratch: n_rows x ck_sample_scratch_bytes(n_vocab) bytes, zero before the first call
- * (each call leaves it so: one buffer serves every call, e.g. inside a captured graph). specs, logits, ids and
- * scratch are device memory. CK_SAMPLE_PASSES launches: the first an ordinary one (it starts after the kernel
+ * (each call leaves it ready for the next: one buffer serves every call, e.g. inside a captured graph). specs,
+ * logits, ids and scratch are device memory. CK_SAMPLE_PASSES launches: the first an ordinary one (it starts after the kernel
  * before it has finished), the others programmatic (PDL) launches when PDL is on for this thread. */
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
                void *scratch, cudaStream_t stream);
