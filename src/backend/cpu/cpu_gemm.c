@@ -89,9 +89,9 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot) {
 
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (dot == kiln_dot_q8_0_avx2) return cpu_gemm_row1_q8_0_avx2;
-    if (dot == kiln_dot_q4_0_avx2) return cpu_gemm_row1_q4_0_avx2;
-    if (dot == kiln_dot_q8_0_vnni || dot == kiln_dot_q4_0_vnni) return cpu_gemm_rows_select(dot);
+    /* on VNNI too: the AVX2 kernels' two streams decoded Q8_0 12-20% faster than the rows kernel on a Zen 4 */
+    if (dot == kiln_dot_q8_0_avx2 || dot == kiln_dot_q8_0_vnni) return cpu_gemm_row1_q8_0_avx2;
+    if (dot == kiln_dot_q4_0_avx2 || dot == kiln_dot_q4_0_vnni) return cpu_gemm_row1_q4_0_avx2;
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_row1_q4_K_vnni;
     if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_row1_q4_K_avx2;
     if (dot == kiln_dot_q6_K_avx2 && kiln_cpu_level() < KILN_CPU_AVX512) return cpu_gemm_row1_q6_K_avx2;

@@ -163,15 +163,15 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot);
 void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
 
 /* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
- * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, or on VNNI the Q8_0 / Q4_0 rows kernels, which
- * prefetch the weight stream; Q6_K's two streams only below AVX-512: a Zen 4 decoded llama-3.2-1b Q4_K, whose
- * output matrix is Q6_K, 4-6% faster with the plain dot), else NULL (call the dot per weight row).
- * Bit-identical to dot like every kernel here. */
+ * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, the AVX2 Q8_0 / Q4_0 ones on VNNI too; Q6_K's two
+ * streams only below AVX-512: a Zen 4 decoded llama-3.2-1b Q4_K, whose output matrix is Q6_K, 4-6% faster with
+ * the plain dot), else NULL (call the dot per weight row). None reads a->yu. Bit-identical to dot like every
+ * kernel here. */
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
 /* Q4_K against one activation row on AVX-512 VNNI and on AVX2, Q6_K on AVX2 (CPU_GEMM_ROW1_PAIRS): two streams
  * of weight rows interleaved, each prefetched. */
 void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
-/* Q8_0 and Q4_0 on AVX2 (on VNNI the rows kernels' one-row case, not measured against these on such a CPU yet). */
+/* Q8_0 and Q4_0 on AVX2 (and on VNNI: the same results as its dots). */
 void cpu_gemm_row1_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);

@@ -133,7 +133,7 @@ void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
-        if (j.yd && B <= SMALL_B && cpu_gemm_rows_flips(ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot))
+        if (j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot))
             j.yu = (uint8_t *)scratch + flipped_offset(j.qrow, j.n, B);
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
