@@ -539,7 +539,7 @@ constexpr int SLICE = 1024; /* logits per block of a pass at least (at most GMAX
 constexpr int GMAX = 128;
 constexpr int GRID_BLOCKS = 128; /* blocks of a pass at most (one wave: one block of 1024 threads fits an SM)
                                   * unless the rows alone are more: many rows take fewer, larger slices each
-                                  * (H200, against slices of 4096 in up to two waves: sampled steps 4-24 us
+                                  * (H200, against slices of 4096 in up to two waves: sampled steps 0-24 us
                                   * shorter at 1-16 rows; bench/RESULTS.md) */
 constexpr int NPASS = CK_SAMPLE_PASSES;
 
@@ -669,7 +669,6 @@ __device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, i
         if (mode != HM_COUNT) atomicAdd(&R->ht[b], ht[b]);
     }
 }
-
 
 /* GATHER: appends the keys of the slice's members of bins glo..ghi and gb to the row's list; with wsum, the
  * slice's exact weights of the set's members below bin glo too. */
