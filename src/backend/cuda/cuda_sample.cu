@@ -589,13 +589,12 @@ struct row_t {
 constexpr size_t ROW_BYTES = (sizeof(row_t) + 255) / 256 * 256;
 static_assert(sizeof(u64) * 2 * GCAP == sizeof(u64) * NBIN, "a block's terms per bin alias its gathered keys");
 
-/* Blocks per row of a pass over n_rows rows of V logits. */
-static int slices_of(int V, int slice, int cap) {
-    int g = (V + slice - 1) / slice;
-    g = g < cap ? g : cap;
-    return g < 1 ? 1 : g > GMAX ? GMAX : g;
+/* Blocks per row of a pass over n_rows rows of V logits (every pass alike). */
+static int n_slices(int V, int n_rows) {
+    const int cap = GRID_BLOCKS / n_rows, g = (V + SLICE - 1) / SLICE;
+    const int c = g < cap ? g : cap;
+    return c < 1 ? 1 : c > GMAX ? GMAX : c;
 }
-static int n_slices(int V, int n_rows) { return slices_of(V, SLICE, GRID_BLOCKS / n_rows); }
 __host__ __device__ __forceinline__ size_t row_bytes(int V) { return ROW_BYTES + ((size_t)V * 4 + 255) / 256 * 256; }
 
 /* The value bin of logit l (the same rounding in every pass). */
@@ -1098,7 +1097,7 @@ size_t ck_sample_path_offset(void) { return offsetof(row_t, one_block); }
 void ck_sample(const kiln_sample_spec *specs, float *logits, int n_vocab, size_t stride, int n_rows, int *ids,
                void *scratch, cudaStream_t stream) {
     if (n_rows <= 0) return;
+    const dim3 grid(n_slices(n_vocab, n_rows), n_rows);
     for (int p = 0; p < NPASS; p++) /* the first pass an ordinary launch: it starts after the kernel before it */
-        launch(k_sample, dim3(n_slices(n_vocab, n_rows), n_rows), dim3(ST), 0, stream, p > 0, specs, logits, n_vocab,
-               stride, ids, (unsigned char *)scratch, p);
+        launch(k_sample, grid, dim3(ST), 0, stream, p > 0, specs, logits, n_vocab, stride, ids, (unsigned char *)scratch, p);
 }
