@@ -55,6 +55,7 @@ constexpr int ST = CK_SAMPLE_THREADS;
 constexpr int NBIN = 2048;   /* histogram bins (2 per thread) */
 constexpr int GCAP = 1024;   /* candidates resolved in shared memory (1 per thread) */
 constexpr double FP_ONE = 4611686018427387904.0; /* 2^62: the fixed point of a probability */
+constexpr int SCAN_N = 3;    /* values one block_exscan scans together at most */
 
 static_assert(NBIN == 2 * ST && GCAP == ST, "sampling kernel: 2 bins and 1 candidate per thread");
 
@@ -64,12 +65,16 @@ struct smem_t {
     u64 gk[GCAP];      /* gathered keys */
     u64 sk[GCAP];      /* the same, sorted (K descending) */
     u64 red64[32];
+    u64 scan[SCAN_N][33]; /* block_exscan: the warps' totals, then their exclusive sums and the sum */
     double redd[32];
     float redf[32];
     int n_gather;
     int is_last;       /* this block is the last of its pass to finish */
     int chosen;        /* bin or candidate index of a crossing, -1 none */
-    u64 c_w, c_before, c_cnt_before;
+    u64 c_w, c_before;
+    int fb, dlo, dhi;  /* step_hist: top-p's crossing bin, the draw's lowest and highest */
+    u64 h1b, zlo, zb;  /* step_hist: the terms at 1 before fb; at the temperature before fb, in fb */
+    u64 htlo, n_lo, n_hi; /* step_hist: the terms before dlo; the candidates before dlo, through dhi */
 };
 
 /* ---- keys */
@@ -168,25 +173,43 @@ __device__ float block_min_f(float v, smem_t &sm) {
     return v;
 }
 
+/* Exclusive prefix sums of N values per thread over the threads in order, in place (each warp by shuffles, then
+ * warp 0 over the warps' totals); tot gets the N sums. */
+template <int N> __device__ void block_exscan(u64 (&v)[N], u64 (&tot)[N], smem_t &sm) {
+    static_assert(N <= SCAN_N && ST / 32 == 32, "one warp scans the warps' totals");
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    u64 inc[N];
+    for (int k = 0; k < N; k++) inc[k] = v[k];
+    for (int o = 1; o < 32; o <<= 1)
+        for (int k = 0; k < N; k++) {
+            const u64 x = __shfl_up_sync(0xffffffffu, inc[k], o);
+            if (lane >= o) inc[k] += x;
+        }
+    __syncthreads(); /* sm.scan's earlier readers are done */
+    if (lane == 31)
+        for (int k = 0; k < N; k++) sm.scan[k][w] = inc[k];
+    __syncthreads();
+    if (w == 0)
+        for (int k = 0; k < N; k++) {
+            const u64 own = sm.scan[k][lane];
+            u64 s = own;
+            for (int o = 1; o < 32; o <<= 1) {
+                const u64 x = __shfl_up_sync(0xffffffffu, s, o);
+                if (lane >= o) s += x;
+            }
+            sm.scan[k][lane] = s - own;
+            if (lane == 31) sm.scan[k][32] = s;
+        }
+    __syncthreads();
+    for (int k = 0; k < N; k++) tot[k] = sm.scan[k][32], v[k] = sm.scan[k][w] + inc[k] - v[k];
+}
+
 /* Exclusive prefix sum of v over the threads in order; *total gets the sum. */
 __device__ u64 block_exscan_u64(u64 v, u64 *total, smem_t &sm) {
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    u64 inc = v;
-    for (int o = 1; o < 32; o <<= 1) {
-        const u64 x = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += x;
-    }
-    __syncthreads();
-    if (lane == 31) sm.red64[w] = inc;
-    __syncthreads();
-    u64 before = 0, all = 0;
-    for (int i = 0; i < ST / 32; i++) {
-        const u64 x = sm.red64[i];
-        before += i < w ? x : 0;
-        all += x;
-    }
-    *total = all;
-    return before + inc - v;
+    u64 a[1] = {v}, t[1];
+    block_exscan<1>(a, t, sm);
+    *total = t[0];
+    return a[0];
 }
 
 /* ---- passes over the row */
@@ -270,22 +293,27 @@ __device__ sel_out cross_sorted(int n, const wfn &W, float mx, u64 before, u64 c
     return r;
 }
 
-/* Finds the bin (of 2048) where the cumulative weight crosses target; fills sm.chosen / c_w / c_before /
- * c_cnt_before. Bins are in sm.hw / sm.hc. */
+/* Which bin of a thread's pair (weights w0, w1, counts c0, c1, after exw weight and exc candidates) is the first
+ * where the cumulative weight crosses target: 0, 1, or -1 (neither). Empty bins never are; the first non-empty
+ * bin is where the empty cumulative already crosses. */
+__device__ __forceinline__ int pair_cross(u64 exw, u64 exc, u64 w0, u64 w1, u64 c0, u64 c1, u64 target, bool strict) {
+    if (c0 && crosses(exw + w0, target, strict) && (exc == 0 || !crosses(exw, target, strict))) return 0;
+    if (c1 && crosses(exw + w0 + w1, target, strict) && (exc + c0 == 0 || !crosses(exw + w0, target, strict))) return 1;
+    return -1;
+}
+
+/* Finds the bin (of 2048) where the cumulative weight crosses target; fills sm.chosen / c_w / c_before. Bins are
+ * in sm.hw / sm.hc. */
 __device__ void cross_bins(u64 before, u64 cnt_before, u64 target, bool strict, smem_t &sm) {
     __syncthreads(); /* the histogram is complete */
     const int t = threadIdx.x, b0 = 2 * t, b1 = b0 + 1;
     const u64 w0 = sm.hw[b0], w1 = sm.hw[b1], c0 = sm.hc[b0], c1 = sm.hc[b1];
-    u64 tw, tc;
-    const u64 exw = before + block_exscan_u64(w0 + w1, &tw, sm);
-    const u64 exc = cnt_before + block_exscan_u64(c0 + c1, &tc, sm);
+    u64 ex[2] = {w0 + w1, c0 + c1}, tot[2];
     if (t == 0) sm.chosen = -1;
-    __syncthreads();
-    if (c0 && crosses(exw + w0, target, strict) && (exc == 0 || !crosses(exw, target, strict))) {
-        sm.chosen = b0, sm.c_w = exw, sm.c_before = exc;
-    } else if (c1 && crosses(exw + w0 + w1, target, strict) && (exc + c0 == 0 || !crosses(exw + w0, target, strict))) {
-        sm.chosen = b1, sm.c_w = exw + w0, sm.c_before = exc + c0;
-    }
+    block_exscan<2>(ex, tot, sm);
+    const u64 exw = before + ex[0], exc = cnt_before + ex[1];
+    const int k = pair_cross(exw, exc, w0, w1, c0, c1, target, strict);
+    if (k >= 0) sm.chosen = b0 + k, sm.c_w = exw + (k ? w0 : 0), sm.c_before = exc + (k ? c0 : 0);
     __syncthreads();
 }
 
@@ -779,8 +807,9 @@ __device__ void sum_parts(const row_t *R, smem_t &sm) {
 /* The gathered keys, sorted into sm.sk; their number, or -1 when it is not the count expected. */
 __device__ int gathered_sorted(const row_t *R, smem_t &sm) {
     const int m = __ldcg(&R->n_gather);
+    const u64 k = __ldcg(&R->gk[threadIdx.x]); /* with the count, not after it */
     if (m != R->expect || m > GCAP) return -1;
-    if ((int)threadIdx.x < m) sm.gk[threadIdx.x] = __ldcg(&R->gk[threadIdx.x]);
+    if ((int)threadIdx.x < m) sm.gk[threadIdx.x] = k;
     __syncthreads();
     rank_sort(m, sm);
     return m;
@@ -878,43 +907,45 @@ __device__ int exact_after_hist(const kiln_sample_spec *sp, row_t *R, int b, u64
     return issue_draw(sp, R, R->kmin, bins_sum(0, NBIN, false, sm), NBIN - 1, sm);
 }
 
-/* The fast path after the HIST (terms at the temperature in sm.hw, counts in sm.hc): one GATHER of top-p's
- * crossing bin b (-1: no cut) and of the bins where the draw's crossing lies for every normalizer the cut can
- * leave (between the set's terms before bin b and through it), which step_fast resolves from the fixed-point
- * terms alone. ST_FALLBACK when those bins hold more than GCAP candidates. */
-__device__ int plan_fast(const kiln_sample_spec *sp, row_t *R, int b, u64 z1, u64 h1b, smem_t &sm) {
-    const u64 zlo = bins_sum(0, b >= 0 ? b : NBIN, false, sm), zhi = b >= 0 ? zlo + sm.hw[b] : zlo;
-    if (zhi == 0) return ST_FALLBACK;
-    const u64 tlo = (u64)(sp->u * (double)zlo), thi = (u64)(sp->u * (double)zhi);
-    cross_bins(0, 0, tlo, true, sm);
-    const int dlo = sm.chosen;
-    const u64 htlo = sm.c_w;
-    cross_bins(0, 0, thi < zhi ? thi : zhi - 1, true, sm);
-    const int dhi = sm.chosen;
-    if (dlo < 0 || dhi < dlo || (b >= 0 && dhi > b)) return ST_FALLBACK;
-    const int gb = b > dhi ? b : -1;
-    const u64 n = bins_sum(dlo, dhi + 1, true, sm) + (gb >= 0 ? sm.hc[gb] : 0);
-    if (n > GCAP) return ST_FALLBACK;
-    __syncthreads();
-    if (threadIdx.x == 0) R->fb = b, R->z1 = z1, R->h1b = h1b, R->htlo = htlo, R->ztlo = zlo;
-    return issue_gather(R, PH_FAST, dlo, dhi, gb, (int)n);
-}
-
-/* after the HIST of the draw or of top-p: top-p's crossing bin in the fixed-point terms at 1 (its normalizer:
- * the slices' sums), then the fast path's gather, else the exact chain's */
+/* after the HIST of the draw or of top-p: from one scan of the row's histograms (terms at 1, at the temperature,
+ * counts), top-p's crossing bin fb in the terms at 1 (its normalizer z1: the slices' sums), then the fast path:
+ * one GATHER of bin fb and of the bins where the draw's crossing lies for every normalizer the cut can leave
+ * (between the set's terms before fb and through it), which step_fast resolves from the fixed-point terms
+ * alone; else (those bins hold more than GCAP candidates, or nothing has weight) the exact chain's gather.
+ * Leaves the terms at the temperature in sm.hw and the counts in sm.hc. */
 __device__ int step_hist(const kiln_sample_spec *sp, row_t *R, smem_t &sm) {
-    int b = -1;
-    u64 z1 = 0, h1b = 0;
-    if (R->hmode == HM_TOPP) {
-        sum_parts(R, sm);
-        z1 = sm.c_before;
-        hist_load(R, R->h1, sm);
-        cross_bins(0, 0, (u64)((double)sp->top_p * (double)z1), false, sm);
-        b = sm.chosen, h1b = sm.c_w; /* b < 0: the set (min-p's) holds less than top-p of the mass: no cut */
-    }
-    hist_load(R, R->ht, sm);
-    if (plan_fast(sp, R, b, z1, h1b, sm) == ST_ISSUED) return ST_ISSUED;
-    return exact_after_hist(sp, R, b, z1, sm);
+    const int t = threadIdx.x, b0 = 2 * t;
+    const bool topp = R->hmode == HM_TOPP;
+    const ulonglong2 ht = __ldcg((const ulonglong2 *)&R->ht[b0]); /* bins b0, b0 + 1 */
+    const uint2 hc = __ldcg((const uint2 *)&R->hc[b0]);
+    const ulonglong2 h1 = topp ? __ldcg((const ulonglong2 *)&R->h1[b0]) : make_ulonglong2(0, 0);
+    u64 z1 = 0;
+    if (topp) sum_parts(R, sm), z1 = sm.c_before;
+    sm.hw[b0] = ht.x, sm.hw[b0 + 1] = ht.y, sm.hc[b0] = hc.x, sm.hc[b0 + 1] = hc.y;
+    if (t == 0) sm.fb = sm.dlo = sm.dhi = -1;
+    u64 ex[3] = {h1.x + h1.y, ht.x + ht.y, (u64)hc.x + hc.y}, tot[3];
+    block_exscan<3>(ex, tot, sm);
+    const u64 t1 = (u64)((double)sp->top_p * (double)z1);
+    const int k1 = topp ? pair_cross(ex[0], ex[2], h1.x, h1.y, hc.x, hc.y, t1, false) : -1;
+    if (k1 >= 0) sm.fb = b0 + k1, sm.h1b = ex[0] + (k1 ? h1.x : 0), sm.zlo = ex[1] + (k1 ? ht.x : 0), sm.zb = k1 ? ht.y : ht.x;
+    __syncthreads();
+    const int b = sm.fb; /* b < 0: the set (min-p's) holds less than top-p of the mass: no cut */
+    const u64 zlo = b >= 0 ? sm.zlo : tot[1], zhi = b >= 0 ? zlo + sm.zb : zlo, h1b = b >= 0 ? sm.h1b : 0;
+    if (zhi == 0) return exact_after_hist(sp, R, b, z1, sm);
+    const u64 tlo = (u64)(sp->u * (double)zlo), thi = (u64)(sp->u * (double)zhi);
+    const int kl = pair_cross(ex[1], ex[2], ht.x, ht.y, hc.x, hc.y, tlo, true);
+    const int kh = pair_cross(ex[1], ex[2], ht.x, ht.y, hc.x, hc.y, thi < zhi ? thi : zhi - 1, true);
+    if (kl >= 0) sm.dlo = b0 + kl, sm.htlo = ex[1] + (kl ? ht.x : 0), sm.n_lo = ex[2] + (kl ? hc.x : 0);
+    if (kh >= 0) sm.dhi = b0 + kh, sm.n_hi = ex[2] + hc.x + (kh ? hc.y : 0);
+    __syncthreads();
+    const int dlo = sm.dlo, dhi = sm.dhi, gb = b > dhi ? b : -1;
+    if (dlo < 0 || dhi < dlo || (b >= 0 && dhi > b)) return exact_after_hist(sp, R, b, z1, sm);
+    const u64 n = sm.n_hi - sm.n_lo + (gb >= 0 ? sm.hc[gb] : 0);
+    if (n > GCAP) return exact_after_hist(sp, R, b, z1, sm);
+    const u64 htlo = sm.htlo;
+    __syncthreads();
+    if (t == 0) R->fb = b, R->z1 = z1, R->h1b = h1b, R->htlo = htlo, R->ztlo = zlo;
+    return issue_gather(R, PH_FAST, dlo, dhi, gb, (int)n);
 }
 
 /* Over the gathered candidates (sorted) in the exact weights W after the set's members below them (the slices'
@@ -982,18 +1013,20 @@ __device__ __forceinline__ double fast_margin(double x, int V, double z) {
 /* Over the sorted candidates sm.sk[0..m): the first whose inclusive cumulative inc crosses target T (strict
  * or not; `eligible` its own flag, e its term), checked by margin against the exact weights' crossing of xt
  * (the exact chain's target, a fraction) with normalizer z; its position, or -1 (none, or too close to
- * call). Every thread calls; the result is in every thread. */
-__device__ int fast_cross(bool eligible, u64 inc, u64 e, u64 T, bool strict, double xt, double z, int V,
-                          smem_t &sm) {
+ * call), and the chosen thread's `carry` in *carried. Every thread calls; the results are in every thread. */
+__device__ int fast_cross(bool eligible, u64 inc, u64 e, u64 T, bool strict, double xt, double z, int V, u64 carry,
+                          u64 *carried, smem_t &sm) {
     if (threadIdx.x == 0) sm.chosen = -1;
     __syncthreads();
     if (eligible && crosses(inc, T, strict) && !crosses(inc - e, T, strict)) {
         const double x = (double)inc / z, xp = (double)(inc - e) / z;
         const bool sure = x - fast_margin(x, V, z) > xt && xp + fast_margin(xp, V, z) < xt;
         sm.chosen = sure ? (int)threadIdx.x : -2;
+        sm.c_w = carry;
     }
     __syncthreads();
     const int c = sm.chosen;
+    *carried = sm.c_w;
     __syncthreads();
     return c >= 0 ? c : -1;
 }
@@ -1001,30 +1034,32 @@ __device__ int fast_cross(bool eligible, u64 inc, u64 e, u64 T, bool strict, dou
 /* The fast path's decision over the gathered bins (sorted into sm.sk[0..m)): top-p's cut within bin fb by the
  * cumulative terms at 1, then the draw over what the cut keeps by the cumulative terms at the temperature
  * (their normalizer: the set's terms before fb and the kept members of fb); the id, or -1 where either
- * crossing comes too close to call (the exact chain decides). */
+ * crossing comes too close to call (the exact chain decides). One scan serves both: the draw's cumulative
+ * at the kept candidates does not depend on where the cut falls after them. */
 __device__ int fast_pick(const kiln_sample_spec *sp, const row_t *R, int V, int m, smem_t &sm) {
     const int t = threadIdx.x, b = R->fb;
     const float mx = R->mx, scale = R->scale, fx = R->fx;
     const float l = t < m ? key_value(sm.sk[t]) : 0.0f;
     const int bt = t < m ? vbin(mx, l, scale) : -1;
     const u64 et = t < m ? fixed(term(l, mx, sp->temperature), fx) : 0;
+    const bool in_b = b >= 0 && bt == b, in_d = bt >= R->glo && bt <= R->ghi;
+    const u64 e1 = in_b ? fixed(term(l, mx, 1.0f), fx) : 0, ed = in_d ? et : 0, eb = in_b ? et : 0;
+    u64 ex[3] = {e1, ed, eb}, tot[3];
+    block_exscan<3>(ex, tot, sm);
     int cut = m; /* the kept candidates: positions below cut */
-    u64 zt = R->ztlo;
-    u64 total;
+    u64 zt = R->ztlo, kept;
     if (b >= 0) {
-        const u64 e1 = bt == b ? fixed(term(l, mx, 1.0f), fx) : 0;
-        const u64 inc = R->h1b + block_exscan_u64(e1, &total, sm) + e1;
         const double z1 = (double)R->z1, tp = (double)(u64)((double)sp->top_p * FP_ONE) / FP_ONE;
-        const int c = fast_cross(bt == b, inc, e1, (u64)((double)sp->top_p * z1), false, tp, z1, V, sm);
+        const int c = fast_cross(in_b, R->h1b + ex[0] + e1, e1, (u64)((double)sp->top_p * z1), false, tp, z1, V,
+                                 ex[2] + eb, &kept, sm);
         if (c < 0) return -1;
         cut = c + 1;
-        zt += block_sum_u64(bt == b && t <= c ? et : 0, sm);
+        zt += kept; /* fb's terms at the temperature through the cut */
     }
-    const bool in = t < cut && bt >= R->glo && bt <= R->ghi;
-    const u64 ed = in ? et : 0;
-    const u64 inc = R->htlo + block_exscan_u64(ed, &total, sm) + ed;
+    const bool in = t < cut && in_d;
     const double xu = (double)(u64)(sp->u * FP_ONE) / FP_ONE;
-    const int d = fast_cross(in, inc, ed, (u64)(sp->u * (double)zt), true, xu, (double)zt, V, sm);
+    const int d = fast_cross(in, R->htlo + ex[1] + ed, ed, (u64)(sp->u * (double)zt), true, xu, (double)zt, V, 0,
+                             &kept, sm);
     return d < 0 ? -1 : key_id(sm.sk[d]);
 }
 

@@ -3,9 +3,10 @@
 # with the emulated builtins of inc/ (a block's 1024 threads as fibers on one OS thread), against the reference
 # chain over the sampling tests' mixes and shapes. Needs the release objects (make build). Usage from the
 # repository root: sh tests/cuda/emu/run.sh [VOCAB ROWS [SHAPES [REPS]]] (default 5000 5 5 1; also
-# EXTRA=1 and a patched cuda_sample.cu through SAMPLE_CU=path). Not part of make test (minutes per vocabulary).
+# EXTRA=1, a patched cuda_sample.cu through SAMPLE_CU=path, the build folder through EMU_O). Not part of make test
+# (minutes per vocabulary).
 set -eu
-E=tests/cuda/emu; O=build/emu; mkdir -p $O
+E=tests/cuda/emu; O=${EMU_O:-build/emu}; mkdir -p $O
 CU=${SAMPLE_CU:-src/backend/cuda/cuda_sample.cu}
 CXX="g++ -std=c++20 -O1 -ffp-contract=off -g -I$E/inc -Iinclude -Isrc -Itests"
 $CXX -c -x c++ "$CU" -o $O/cuda_sample.o

@@ -63,6 +63,10 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 template <class T> inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
 inline void __threadfence() {}
 template <class T> inline T __ldcg(const T *p) { return *p; }
+/* the vector types the sampler loads */
+struct uint2 { unsigned x, y; };
+struct ulonglong2 { unsigned long long x, y; };
+inline ulonglong2 make_ulonglong2(unsigned long long x, unsigned long long y) { return ulonglong2{x, y}; }
 inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
