@@ -415,11 +415,26 @@ __device__ int sorted_at_least(int n, u64 kb, smem_t &sm) {
 }
 
 /* min-p's cut as a key: the lowest logit whose p = (float)(expf(l - mx) / zn) reaches thr (p is monotone in
- * the logit), found by bisection over the order-preserving bits between -inf (fails: thr > 0) and mx
- * (passes: its p is 1 / zn >= thr); every candidate with that logit or more passes. */
+ * the logit), i.e. the first passing order-preserving bits above -inf's (fails: thr > 0) up to mx's (passes: its
+ * p is 1 / zn >= thr); every candidate with that logit or more passes. One round of the block over the ST bits
+ * around the estimate mx + log(thr * zn) finds it where it lies among them (almost always); else one thread
+ * bisects what that round leaves (near a logit of 0, where the bits are dense). */
 __device__ u64 min_p_key(float mx, double zinv, float thr, smem_t &sm) {
+    const unsigned lo0 = (unsigned)(order_key(-INFINITY, 0) >> 32), hi0 = (unsigned)(order_key(mx, 0) >> 32);
+    const unsigned ue = (unsigned)(order_key(mx + logf(thr) - logf((float)zinv), 0) >> 32);
+    unsigned a = ue - lo0 > ST / 2 ? ue - ST / 2 : lo0 + 1; /* the round's bits a .. a + ST - 1, within (lo0, hi0] */
+    if (hi0 - a < ST - 1) a = hi0 - lo0 > ST - 1 ? hi0 - (ST - 1) : lo0 + 1;
+    const unsigned u = a + threadIdx.x;
+    if (threadIdx.x == 0) sm.chosen = ST;
+    __syncthreads();
+    if (u <= hi0 && prob(key_value((u64)u << 32), mx, 1.0f, zinv) >= thr) atomicMin(&sm.chosen, (int)threadIdx.x);
+    __syncthreads();
+    const int f = sm.chosen;
     if (threadIdx.x == 0) {
-        unsigned lo = (unsigned)(order_key(-INFINITY, 0) >> 32), hi = (unsigned)(order_key(mx, 0) >> 32);
+        /* lo fails, hi passes: the round's first pass and the failure before it, else what it left */
+        unsigned hi = f < ST ? a + (unsigned)f : hi0;
+        unsigned lo = f == ST ? a + (ST - 1) : f > 0 ? hi - 1 : lo0;
+        if (lo >= hi) lo = hi - 1;
         while (hi - lo > 1) {
             const unsigned mid = lo + (hi - lo) / 2;
             if (prob(key_value((u64)mid << 32), mx, 1.0f, zinv) >= thr) hi = mid;
@@ -660,6 +675,14 @@ __device__ void pass_stats(const kiln_sample_spec *sp, float *lg, int lo, int hi
     if (threadIdx.x == 0) R->part[blockIdx.x].kmax = kmax, R->part[blockIdx.x].fmin = fmin;
 }
 
+/* *p += v in shared memory by 32-bit atomics (a 64-bit atomicAdd there is a compare-and-swap loop on sm_90): the
+ * low word's carry goes into the high word, so the sum is exact once every add has landed. */
+__device__ __forceinline__ void smem_add_u64(u64 *p, u64 v) {
+    unsigned *w = (unsigned *)p; /* little-endian: w[0] the low word */
+    const unsigned lo = (unsigned)v, old = atomicAdd(&w[0], lo), hi = (unsigned)(v >> 32) + (old + lo < old);
+    if (hi) atomicAdd(&w[1], hi);
+}
+
 /* HIST: the slice's histograms in shared memory (as R->hmode says), then added to the row's */
 __device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, int hi, row_t *R, smem_t &sm) {
     const float mx = R->mx, scale = R->scale, fx = R->fx, temp = sp->temperature;
@@ -669,8 +692,10 @@ __device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, i
     for (int b = threadIdx.x; b < NBIN; b += ST) sm.hw[b] = 0, sm.hc[b] = 0, ht[b] = 0;
     __syncthreads();
     u64 s1 = 0;
+    float next = lo + (int)threadIdx.x < hi ? lg[lo + threadIdx.x] : 0.0f;
     for (int i = lo + threadIdx.x; i < hi; i += ST) {
-        const float l = clean(lg[i]);
+        const float l = clean(next);
+        if (i + ST < hi) next = lg[i + ST]; /* in flight during this one's atomics */
         const bool in = order_key(l, i) >= kmin;
         if (mode == HM_COUNT) {
             if (in) atomicAdd(&sm.hc[vbin(mx, l, scale)], 1u);
@@ -681,8 +706,8 @@ __device__ void pass_hist(const kiln_sample_spec *sp, const float *lg, int lo, i
         if (!in) continue;
         const int b = vbin(mx, l, scale);
         atomicAdd(&sm.hc[b], 1u);
-        if (mode == HM_TOPP) atomicAdd(&sm.hw[b], f1);
-        atomicAdd(&ht[b], mode == HM_TOPP && temp == 1.0f ? f1 : fixed(term(l, mx, temp), fx));
+        if (mode == HM_TOPP) smem_add_u64(&sm.hw[b], f1);
+        smem_add_u64(&ht[b], mode == HM_TOPP && temp == 1.0f ? f1 : fixed(term(l, mx, temp), fx));
     }
     if (mode == HM_TOPP) {
         s1 = block_sum_u64(s1, sm);
@@ -705,12 +730,15 @@ __device__ void pass_gather(const float *lg, int lo, int hi, row_t *R, smem_t &s
     const int glo = R->glo, ghi = R->ghi, gb = R->gb, wsum = R->wsum, lane = threadIdx.x & 31;
     const wfn W = {false, R->wtemp, R->wzinv};
     u64 below = 0;
+    float next = lo + (int)threadIdx.x < hi ? lg[lo + threadIdx.x] : 0.0f;
     for (int i0 = lo + (int)threadIdx.x - lane; i0 < hi; i0 += ST) {
         const int i = i0 + lane;
         bool q = false;
         u64 k = 0;
+        const float cur = next;
+        if (i + ST < hi) next = lg[i + ST]; /* in flight during this one's appends */
         if (i < hi) {
-            const float l = clean(lg[i]);
+            const float l = clean(cur);
             k = order_key(l, i);
             if (k >= kmin) {
                 const int b = vbin(mx, l, scale);

@@ -61,6 +61,7 @@ inline unsigned __ballot_sync(unsigned, bool q) {
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 /* atomics: a fiber is never preempted between barriers, so plain read-modify-writes */
 template <class T> inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
+template <class T> inline T atomicMin(T *p, T v) { T o = *p; *p = v < o ? v : o; return o; }
 inline void __threadfence() {}
 template <class T> inline T __ldcg(const T *p) { return *p; }
 /* the vector types the sampler loads */
