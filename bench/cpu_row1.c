@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
         const cpu_gemm_fn row1 = cpu_gemm_row1_select(dot);
         const size_t wb = kiln_row_bytes(types[t], N), yb = kiln_row_bytes(ti->vec_dot_type, N);
         const int rows = (int)(MATRIX_BYTES / wb);
-        uint8_t *w = kiln_aligned_alloc(64, wb * (size_t)rows), *y = kiln_aligned_alloc(64, yb);
+        uint8_t *w = kiln_aligned_alloc(64, wb * (size_t)rows), *y = kiln_aligned_alloc(64, yb), *yu = kiln_aligned_alloc(64, N);
         float *x = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * (size_t)rows),
               *yd = malloc(sizeof(float) * (N / 32));
         uint64_t st = 99 + t;
@@ -66,8 +66,9 @@ int main(int argc, char **argv) {
         kiln_quantize_row_for_dot(types[t], x, y, N);
         if (ti->vec_dot_type == KILN_TYPE_Q8_0)
             for (int ib = 0; ib < N / 32; ib++) yd[ib] = kiln_f16_to_f32(((const block_q8_0 *)y)[ib].d);
-        const cpu_gemm_args a = {.dot = dot, .n = N, .w = w, .w_stride = wb, .y = y, .y_stride = yb, .yd = yd,
-                                 .out = out, .out_stride = (size_t)rows}; /* no single-row kernel reads a.yu */
+        if (cpu_gemm_row1_reads_yu(dot)) cpu_gemm_k4_order_row(y, N, yu);
+        const cpu_gemm_args a = {.dot = dot, .n = N, .w = w, .w_stride = wb, .y = y, .y_stride = yb, .yd = yd, .yu = yu,
+                                 .out = out, .out_stride = (size_t)rows};
         double best[3] = {1e9, 1e9, 1e9};
         for (int k = 0; k < rounds; k++) {
             double t0 = bench_wall_s();
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         kiln_free(w);
         kiln_free(y);
+        kiln_free(yu);
         free(x);
         free(out);
         free(yd);

@@ -32,6 +32,25 @@ EMU_BIN_I(madd_epi16, _mm256_madd_epi16)
 EMU_BIN_I(add_epi32, _mm256_add_epi32)
 #undef EMU_BIN_I
 
+AVX2EMU emu_m512i emu_slli_epi32(emu_m512i a, int n) {
+    const __m128i c = _mm_cvtsi32_si128(n);
+    return emu_i(_mm256_sll_epi32(a.lo, c), _mm256_sll_epi32(a.hi, c));
+}
+/* VPTERNLOGD: bit j of the result is bit (a_j << 2 | b_j << 1 | c_j) of imm. */
+AVX2EMU emu_m512i emu_ternarylogic_epi32(emu_m512i a, emu_m512i b, emu_m512i c, int imm) {
+    uint64_t x[8], y[8], z[8], r[8];
+    memcpy(x, &a, sizeof x);
+    memcpy(y, &b, sizeof y);
+    memcpy(z, &c, sizeof z);
+    for (int w = 0; w < 8; w++) {
+        r[w] = 0;
+        for (int m = 0; m < 8; m++)
+            if (imm >> m & 1) r[w] |= (m & 4 ? x[w] : ~x[w]) & (m & 2 ? y[w] : ~y[w]) & (m & 1 ? z[w] : ~z[w]);
+    }
+    memcpy(&a, r, sizeof r);
+    return a;
+}
+
 AVX2EMU emu_m512i emu_broadcast_i32x4(__m128i v) { const __m256i b = _mm256_broadcastsi128_si256(v); return emu_i(b, b); }
 AVX2EMU emu_m512i emu_broadcast_i64x4(__m256i v) { return emu_i(v, v); }
 /* VSHUFI64X2: 128-bit lanes 0, 1 of the result from a (imm bits 1:0, 3:2), lanes 2, 3 from b (bits 5:4, 7:6). */
@@ -56,6 +75,7 @@ AVX2EMU emu_m512i emu_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5,
     return emu_i(_mm256_setr_epi32(e0, e1, e2, e3, e4, e5, e6, e7), _mm256_setr_epi32(e8, e9, e10, e11, e12, e13, e14, e15));
 }
 AVX2EMU emu_m512i emu_set1_epi8(char c) { return emu_i(_mm256_set1_epi8(c), _mm256_set1_epi8(c)); }
+AVX2EMU emu_m512i emu_set1_epi32(int v) { return emu_i(_mm256_set1_epi32(v), _mm256_set1_epi32(v)); }
 AVX2EMU emu_m512i emu_setzero_si512(void) { return emu_i(_mm256_setzero_si256(), _mm256_setzero_si256()); }
 AVX2EMU emu_m512i emu_loadu_si512(const void *p) {
     return emu_i(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)((const char *)p + 32)));
@@ -145,6 +165,12 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_madd_epi16 emu_madd_epi16
 #undef _mm512_add_epi32
 #define _mm512_add_epi32 emu_add_epi32
+#undef _mm512_slli_epi32
+#define _mm512_slli_epi32 emu_slli_epi32
+#undef _mm512_ternarylogic_epi32
+#define _mm512_ternarylogic_epi32 emu_ternarylogic_epi32
+#undef _mm512_set1_epi32
+#define _mm512_set1_epi32 emu_set1_epi32
 #undef _mm512_shuffle_i64x2
 #define _mm512_shuffle_i64x2 emu_shuffle_i64x2
 #undef _mm512_broadcast_i32x4

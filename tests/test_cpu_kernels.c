@@ -132,6 +132,7 @@ static void gemm_case(uint32_t type, cpu_gemm_fn fast, kiln_vec_dot_fn dot, int 
         if (ti->vec_dot_type == KILN_TYPE_Q8_0)
             for (int ib = 0; ib < n / 32; ib++) yd[b * (n / 32) + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) cpu_gemm_flip_row(y[b], n, yu + (size_t)b * n);
+        if (ti->vec_dot_type == KILN_TYPE_Q8_K) cpu_gemm_k4_order_row(y[b], n, yu + (size_t)b * n);
     }
     const cpu_gemm_args a = {.dot = dot, .n = n, .w = w[0], .w_stride = sizeof w[0], .y = y[0],
                              .y_stride = sizeof y[0], .yd = yd, .yu = yu, .out = got, .out_stride = MAXW};

@@ -87,6 +87,22 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot) {
 #endif
 }
 
+void cpu_gemm_k4_order_row(const void *y, int n, uint8_t *yu) {
+    static const int run[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    const block_q8_K *blk = y;
+    for (int ib = 0; ib < n / QK_K; ib++)
+        for (int k = 0; k < 8; k++) memcpy(yu + (size_t)ib * QK_K + 32 * k, blk[ib].qs + 32 * run[k], 32);
+}
+
+bool cpu_gemm_row1_reads_yu(kiln_vec_dot_fn dot) {
+#if defined(__x86_64__) || defined(__i386__)
+    return cpu_gemm_row1_select(dot) == cpu_gemm_row1_q4_K_vnni;
+#else
+    (void)dot;
+    return false;
+#endif
+}
+
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
 #if defined(__x86_64__) || defined(__i386__)
     /* on VNNI too: the AVX2 kernels' two streams decoded Q8_0 12-20% faster than the rows kernel on a Zen 4 */

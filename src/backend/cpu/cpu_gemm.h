@@ -26,7 +26,8 @@ typedef struct cpu_gemm_args {
     size_t y_stride;
     const float *yd; /* Q8_0 activations: the block scales of row b as floats at yd + b * (n / 32), else NULL */
     const uint8_t *yu; /* Q8_0 activations for the VNNI rows kernels (cpu_gemm_rows_flips): row b's bytes plus 128
-                        * at yu + b * n, else NULL */
+                        * at yu + b * n; Q8_K ones for the VNNI single-row Q4_K kernel (cpu_gemm_row1_reads_yu): row
+                        * b's values in k4 order (cpu_gemm_k4_order_row) at yu + b * n; else NULL */
     float *out;
     size_t out_stride;
 } cpu_gemm_args;
@@ -165,15 +166,21 @@ void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
 /* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
  * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, the AVX2 Q8_0 / Q4_0 ones on VNNI too; Q6_K's two
  * streams only below AVX-512: a Zen 4 decoded llama-3.2-1b Q4_K, whose output matrix is Q6_K, 4-6% faster with
- * the plain dot), else NULL (call the dot per weight row). None reads a->yu. Bit-identical to dot like every
- * kernel here. */
+ * the plain dot), else NULL (call the dot per weight row). Only the VNNI Q4_K one reads a->yu
+ * (cpu_gemm_row1_reads_yu). Bit-identical to dot like every kernel here. */
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
-/* Q4_K against one activation row on AVX-512 VNNI and on AVX2, Q6_K on AVX2 (CPU_GEMM_ROW1_PAIRS): two streams
- * of weight rows interleaved, each prefetched. */
+/* Whether cpu_gemm_row1_select(dot) reads a->yu: the activation row's values in k4 order. */
+bool cpu_gemm_row1_reads_yu(kiln_vec_dot_fn dot);
+/* The values of a Q8_K row of n values in k4 order into yu (n bytes): per block the runs of 32 values 0 2 1 3 4 6
+ * 5 7, so that each 64 bytes meet the low or the high nibbles of 64 bytes of a Q4_K block's qs. */
+void cpu_gemm_k4_order_row(const void *y, int n, uint8_t *yu);
+/* Q4_K against one activation row on AVX-512 VNNI (cpu_gemm_avx512.c; reads a->yu): two streams of weight rows,
+ * their float steps in the halves of a zmm, each stream prefetched. */
 void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 /* Q8_0 and Q4_0 on AVX2 (and on VNNI: the same results as its dots). */
 void cpu_gemm_row1_q8_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q4_K and Q6_K on AVX2 (CPU_GEMM_ROW1_PAIRS): two streams of weight rows interleaved, each prefetched. */
 void cpu_gemm_row1_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 

@@ -279,9 +279,110 @@ void cpu_gemm_q4_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
     cpu_gemm_walk(a, r0, r1, b0, b1, K4_TM, K4_TN, tab);
 }
 
-/* One activation row (decode): weight rows two at a time (CPU_GEMM_ROW1_PAIRS over kiln_dot_q4_K_vnni's block
- * steps). */
-#define K4_STEP(x, y, acc) k4_dot_block(x, y, &(acc)[0], &(acc)[1])
-#define K4_FINAL(acc) hsum_ps(_mm256_sub_ps((acc)[0], (acc)[1]))
-CPU_GEMM_ROW1_PAIRS(, cpu_gemm_row1_q4_K_vnni, block_q4_K, 2, K4_STEP, K4_FINAL, kiln_dot_q4_K_vnni)
+/* One activation row (decode), the activations in k4 order (a->yu: cpu_gemm_k4_order_row). Per weight block the
+ * integer sums of kiln_dot_q4_K_avx2's 8 lanes (lane i: sum over the 8 runs of 32 values of the run's scale times
+ * its 4-value group i) from two full loads of the nibbles: the low nibbles of qs[64h..64h+63] are the values of runs
+ * 4h and 4h + 2, the high ones of runs 4h + 1 and 4h + 3, which the k4 order lays side by side as 64 bytes. vpdpbusd
+ * gives each run's group sums as int32 (|sum| <= 4 * 15 * 128 < 2^15; the high nibbles masked in place, so x16),
+ * two runs' sums are packed as the two words of a dword (low run's low word, high run's sum shifted up) and one
+ * vpmaddwd applies both runs' scales, exact. Two weight rows at a time, the first half of [r0, r1) and the second
+ * (two linear streams, each prefetched into L2), their float steps in the halves of one zmm: per lane the single dot's
+ * (acc = fmadd(y.d * h2f(d), int sums, acc), accm = fmadd(y.d * h2f(dmin), mins x bsums, accm), the result
+ * hsum(acc - accm)), so each result is bit-identical to kiln_dot_q4_K_vnni; an odd last row through that dot. */
+/* Each stream is prefetched this far ahead into L2 (_MM_HINT_T1; on a Zen 4 decode ran 4-10% faster so than with
+ * the lines prefetched into L1, and slower at 2, 6 or 9 KiB: bench/RESULTS.md). */
+#define K4_ROW1_PREFETCH 4096
 
+/* The 12 scale bytes of two Q4_K blocks -> their 6-bit scales and mins as bytes (kiln_k4_scales_mins):
+ * [s0..s7 m0..m7] of p0's block in the low 128 bits, of p1's in the high. Reads 16 bytes at each (the block's
+ * scales and the first 4 bytes of its qs). */
+static INLINE __m256i k4_scale_bytes2(const uint8_t *p0, const uint8_t *p1) {
+    const __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+                                              _mm_loadu_si128((const __m128i *)p1), 1);
+    /* a: the bytes holding each value's low bits (s0-3, s4-7, m0-3, m4-7); h: those holding the top 2 bits of s4-7, m4-7 */
+    const __m256i a = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                              0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m256i h = _mm256_shuffle_epi8(b, _mm256_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+                                                              -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m256i low = _mm256_and_si256(a, _mm256_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0,
+                                                              63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0));
+    const __m256i m47 = _mm256_and_si256(_mm256_srli_epi16(a, 4), _mm256_setr_epi64x(0, 0x0F0F0F0F00000000ll, 0, 0x0F0F0F0F00000000ll));
+    const __m256i top = _mm256_and_si256(_mm256_srli_epi16(h, 2), _mm256_set1_epi64x(0x3030303000000000ll));
+    return _mm256_or_si256(_mm256_or_si256(low, m47), top);
+}
+
+/* The integer sums of one Q4_K block (qs: its nibbles; ak: its activations in k4 order; sb: k4_scale_bytes2's 16
+ * bytes of the block in every 128-bit lane) -> 16 int32 lanes, lanes i and i + 8 together lane i of the dot's. */
+static INLINE __m512i k4_row1_int16(const uint8_t *qs, const int8_t *ak, __m512i sb) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8((char)0xF0), zero = _mm512_setzero_si512();
+    /* the words (s(4h), s(4h + 1)) in dwords 0-7, (s(4h + 2), s(4h + 3)) in dwords 8-15, h = 0, 1 */
+    const __m512i s0 = _mm512_shuffle_epi8(sb, _mm512_setr_epi32(0x80018000, 0x80018000, 0x80018000, 0x80018000, 0x80018000, 0x80018000,
+                                                                 0x80018000, 0x80018000, 0x80038002, 0x80038002, 0x80038002, 0x80038002,
+                                                                 0x80038002, 0x80038002, 0x80038002, 0x80038002));
+    const __m512i s1 = _mm512_shuffle_epi8(sb, _mm512_setr_epi32(0x80058004, 0x80058004, 0x80058004, 0x80058004, 0x80058004, 0x80058004,
+                                                                 0x80058004, 0x80058004, 0x80078006, 0x80078006, 0x80078006, 0x80078006,
+                                                                 0x80078006, 0x80078006, 0x80078006, 0x80078006));
+    __m512i pk[2];
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        const __m512i q = _mm512_loadu_si512(qs + 64 * h);
+        const __m512i lo = _mm512_dpbusd_epi32(zero, _mm512_and_si512(q, lo4), _mm512_loadu_si512(ak + 128 * h));
+        const __m512i hi16 = _mm512_dpbusd_epi32(zero, _mm512_and_si512(q, hi4), _mm512_loadu_si512(ak + 128 * h + 64));
+        /* low word: lo's sum (its low 16 bits, exact below 2^15), high word: hi's (hi16 << 12 = sum << 16) */
+        pk[h] = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(hi16, 12), _mm512_set1_epi32(0xFFFF), 0xEC);
+    }
+    return _mm512_dpwssd_epi32(_mm512_madd_epi16(pk[0], s0), pk[1], s1);
+}
+
+/* Block ib of weight rows x0 (low half of acc / accm) and x1 (high half). */
+static INLINE void k4_row1_block(const block_q4_K *x0, const block_q4_K *x1, const block_q8_K *y, const int8_t *ak,
+                                 __m512 *acc, __m512 *accm) {
+    uint32_t e0, e1; /* d and dmin of each */
+    memcpy(&e0, &x0->d, sizeof e0);
+    memcpy(&e1, &x1->d, sizeof e1);
+    /* [y.d * h2f(d0), y.d * h2f(dmin0), y.d * h2f(d1), y.d * h2f(dmin1)]: the single dot's products */
+    const __m128 dm = _mm_mul_ps(_mm_set1_ps(y->d), _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)e1 << 32 | e0))));
+    const __m512 pd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), _mm512_castps128_ps512(dm));
+    const __m512 pm = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), _mm512_castps128_ps512(dm));
+    const __m256i sb = k4_scale_bytes2(x0->scales, x1->scales);
+    /* the mins term: bsums x (m0 m0 m1 m1 ... m7 m7) as words, x0's in the low half, x1's in the high */
+    const __m512i sb2 = _mm512_shuffle_i64x2(_mm512_castsi256_si512(sb), _mm512_castsi256_si512(sb), 0x50);
+    const __m512i mins16 = _mm512_shuffle_epi8(sb2, _mm512_setr_epi32(0x80088008, 0x80098009, 0x800A800A, 0x800B800B, 0x800C800C, 0x800D800D,
+                                                                      0x800E800E, 0x800F800F, 0x80088008, 0x80098009, 0x800A800A, 0x800B800B,
+                                                                      0x800C800C, 0x800D800D, 0x800E800E, 0x800F800F));
+    const __m512i bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y->bsums));
+    *accm = _mm512_fmadd_ps(pm, _mm512_cvtepi32_ps(_mm512_madd_epi16(bsums, mins16)), *accm);
+    const __m512i t0 = k4_row1_int16(x0->qs, ak, _mm512_broadcast_i32x4(_mm256_castsi256_si128(sb)));
+    const __m512i t1 = k4_row1_int16(x1->qs, ak, _mm512_broadcast_i32x4(_mm256_extracti128_si256(sb, 1)));
+    /* [t0's halves added | t1's halves added] */
+    const __m512i t = _mm512_add_epi32(_mm512_shuffle_i64x2(t0, t1, 0x44), _mm512_shuffle_i64x2(t0, t1, 0xEE));
+    *acc = _mm512_fmadd_ps(pd, _mm512_cvtepi32_ps(t), *acc);
+}
+
+void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    KILN_ASSERT(b1 == b0 + 1 && a->yu);
+    const int nb = a->n / QK_K, half = (r1 - r0) / 2;
+    const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
+    const int8_t *ak = (const int8_t *)a->yu + (size_t)b0 * (size_t)a->n;
+    float *out = a->out + (size_t)b0 * a->out_stride;
+    /* the first K4_ROW1_PREFETCH bytes of each stream, which the loop's prefetches do not cover (a thread's range
+     * of a llama-3.2-1b matrix is 70-300 KiB at two threads: decode 2-8% faster so, alternated) */
+    if (half > 0)
+        for (int o = 0; o < K4_ROW1_PREFETCH; o += 64) {
+            _mm_prefetch((const char *)a->w + (size_t)r0 * a->w_stride + o, _MM_HINT_T1);
+            _mm_prefetch((const char *)a->w + (size_t)(r0 + half) * a->w_stride + o, _MM_HINT_T1);
+        }
+    for (int r = r0; r < r0 + half; r++) {
+        const block_q4_K *x0 = (const block_q4_K *)(a->w + (size_t)r * a->w_stride);
+        const block_q4_K *x1 = (const block_q4_K *)(a->w + (size_t)(r + half) * a->w_stride);
+        __m512 acc = _mm512_setzero_ps(), accm = acc;
+        for (int ib = 0; ib < nb; ib++) {
+            const char *p0 = (const char *)&x0[ib] + K4_ROW1_PREFETCH, *p1 = (const char *)&x1[ib] + K4_ROW1_PREFETCH;
+            UNROLL for (int o = 0; o < (int)sizeof(block_q4_K); o += 64) _mm_prefetch(p0 + o, _MM_HINT_T1), _mm_prefetch(p1 + o, _MM_HINT_T1);
+            k4_row1_block(&x0[ib], &x1[ib], &y[ib], ak + (size_t)ib * QK_K, &acc, &accm);
+        }
+        const __m512 d = _mm512_sub_ps(acc, accm);
+        out[r] = hsum_ps(_mm512_castps512_ps256(d));
+        out[r + half] = hsum_ps(high_ps(d));
+    }
+    if ((r1 - r0) % 2) kiln_dot_q4_K_vnni(a->n, &out[r1 - 1], a->w + (size_t)(r1 - 1) * a->w_stride, y);
+}

@@ -24,7 +24,8 @@
 /* The converted rows, then (Q8_0 activations) their block scales as floats for the tiled product. */
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
 
-/* ... then (the VNNI rows kernels) the flipped bytes of up to SMALL_B rows. */
+/* ... then (the VNNI rows kernels) the flipped bytes of up to SMALL_B rows, or (the VNNI single-row Q4_K kernel)
+ * the row's values in k4 order. */
 static size_t flipped_offset(size_t row, int n, int B) {
     return (scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float) + 63) & ~(size_t)63;
 }
@@ -47,7 +48,8 @@ typedef struct matmul_job {
     const float *x;
     const uint8_t *qx;      /* converted activations (B rows of qrow bytes) */
     float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
-    uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), else NULL */
+    uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), the single-row kernel's k4
+                             * order (cpu_gemm_row1_reads_yu), else NULL */
     size_t qrow, wrow;
     int B, n;
 } matmul_job;
@@ -57,7 +59,10 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
     for (int b = lo; b < hi; b++) {
         uint8_t *q = (uint8_t *)j->qx + (size_t)b * j->qrow;
         kiln_quantize_row_for_dot(j->W[0]->type, j->x + (size_t)b * j->n, q, j->n);
-        if (!j->yd) continue;
+        if (!j->yd) {
+            if (j->yu) cpu_gemm_k4_order_row(q, j->n, j->yu + (size_t)b * j->n);
+            continue;
+        }
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
         for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
@@ -133,7 +138,8 @@ void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const fl
     } else {
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
-        if (j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot))
+        const kiln_vec_dot_fn dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot;
+        if ((j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(dot)) || (B == 1 && cpu_gemm_row1_reads_yu(dot)))
             j.yu = (uint8_t *)scratch + flipped_offset(j.qrow, j.n, B);
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);
