@@ -34,6 +34,7 @@ struct kiln_sampler {
     sample_penalty pen;
     sample_view view;
     sample_kernels k;
+    sample_hist hist;
     cand *c;         /* n_vocab candidates */
     uint64_t *tmp;   /* 2 n_vocab: the sort's scratch */
     int have_last;   /* a kiln_sample ran since open / reset: the view is that call's */
@@ -85,7 +86,8 @@ kiln_status kiln_sampler_open(const kiln_sampler_params *p, int n_vocab, kiln_sa
     const int view_ok = sample_view_init(&s->view, n_vocab, sample_penalty_max(p->repeat_last_n, n_vocab)) == 0;
     s->c = kiln_malloc((size_t)n_vocab * sizeof(cand));
     s->tmp = kiln_malloc((size_t)n_vocab * 2 * sizeof(uint64_t));
-    if (!pen_ok || !view_ok || !s->c || !s->tmp) {
+    const int hist_ok = sample_hist_init(&s->hist, n_vocab) == 0;
+    if (!pen_ok || !view_ok || !hist_ok || !s->c || !s->tmp) {
         kiln_sampler_close(s);
         return kiln_fail(KILN_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
     }
@@ -118,6 +120,7 @@ void kiln_sampler_close(kiln_sampler *s) {
     if (!s) return;
     sample_penalty_free(&s->pen);
     sample_view_free(&s->view);
+    sample_hist_free(&s->hist);
     kiln_free(s->c);
     kiln_free(s->tmp);
     kiln_free(s);
@@ -155,11 +158,10 @@ static void softmax(cand *c, int n, float temp) {
     for (int i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
-/* The draw over the kept, sorted candidates c[0..n): softmax at the temperature, walk until the uniform. */
-static int32_t draw(kiln_sampler *s, cand *c, int n) {
+/* The draw over the kept, sorted candidates c[0..n): softmax at the temperature, walk until the uniform r. */
+static int32_t draw(kiln_sampler *s, cand *c, int n, double r) {
     if (n <= 0) return sample_view_argmax(&s->view); /* only when every logit is NaN */
     softmax(c, n, s->p.temperature);
-    const double r = next_uniform(s);
     double cum = 0.0;
     for (int i = 0; i < n; i++) {
         cum += c[i].p;
@@ -187,7 +189,7 @@ static int32_t sample_top_k(kiln_sampler *s) {
         while (keep < n && c[keep].p >= thr) keep++;
         n = keep;
     }
-    return draw(s, c, n);
+    return draw(s, c, n, next_uniform(s));
 }
 
 /* The bands of candidates below the maximum: [max - d*unit, hi), d = 6, 12, 24, ... then everything. */
@@ -211,10 +213,6 @@ static int next_band(kiln_sampler *s, band *b) {
     }
     return 0;
 }
-
-/* A cumulative sum or a min-p ratio computed with the fast normalizer lies within this of the exact one
- * (SAMPLE_FAST_EXP_ERR relative, plus one float rounding per probability), with room to spare. */
-#define FAST_MARGIN 1e-6
 
 /* The walk of top-p / min-p over the bands with normalizer z (z = 1 without top-p: min-p then compares
  * expf(logit - max) with min_p). Returns the kept count, or -1 when margin > 0 and a decision came within
@@ -244,13 +242,22 @@ static int cut_walk(kiln_sampler *s, band *b, double z, double margin) {
 }
 
 /* top-k off, top-p and / or min-p on: the kept prefix of the bands, then the draw over it. The fast
- * normalizer decides unless a decision falls within its error; then the exact one walks again. */
+ * normalizer decides unless a decision falls within its error; then the exact one walks again. Many
+ * candidates near the maximum (a flat distribution): the histogram decides first (sample_hist.c), the bands
+ * only where it cannot. */
 static int32_t sample_cut(kiln_sampler *s) {
     const kiln_sampler_params *p = &s->p;
     const float max = s->view.max;
     const int top_p = p->top_p < 1.0f;
     band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
     if (p->min_p > 0.0f) b.floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* below: min-p fails */
+    const double r = next_uniform(s);
+    if (sample_hist_wanted(&s->view)) {
+        const double z = top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f) : 1.0;
+        if (top_p) s->logz = log(z), s->have_logz = 1;
+        const int32_t id = sample_hist_cut(&s->hist, &s->view, &s->k, p, z, r, s->tmp);
+        if (id >= 0) return id;
+    }
     int n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0, FAST_MARGIN);
     if (n < 0) {
         const double z = sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f);
@@ -258,7 +265,7 @@ static int32_t sample_cut(kiln_sampler *s) {
         s->have_logz = 1;
         n = cut_walk(s, &b, z, 0.0);
     }
-    return draw(s, s->c, n);
+    return draw(s, s->c, n, r);
 }
 
 /* The draw without cuts, walking the bands in units of the temperature with normalizer z: the chosen id,

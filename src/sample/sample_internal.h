@@ -9,8 +9,9 @@
  * that can contribute.
  *
  * Files: sample.c (API, the chain), sample_penalty.c (repetition, presence, frequency), sample_view.c (the
- * view and the passes over it), sample_cand.c (candidate sorting, top-n heap), sample_kernels.c (scalar
- * reference kernels, dispatch) and sample_kernels_avx2.c (their AVX2 variants).
+ * view and the passes over it), sample_cand.c (candidate sorting, top-n heap), sample_hist.c (top-k off over
+ * many candidates by histogram), sample_kernels.c (scalar reference kernels, dispatch) and
+ * sample_kernels_avx2.c (their AVX2 variants).
  */
 #ifndef KILN_SAMPLE_INTERNAL_H
 #define KILN_SAMPLE_INTERNAL_H
@@ -18,6 +19,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kiln.h"
 
 #define SAMPLE_BLOCK 64
 
@@ -31,14 +34,22 @@ typedef void (*sample_block_max_fn)(const float *x, int nblk, float *bm);
  * expression, same expf), accumulated in double. */
 typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float temp);
 
+/* e1[i] = expf(x[i] - m) and et[i] = expf((x[i] - m) / temp) for i < n, bit for bit (the histogram's terms,
+ * sample_hist.c). */
+typedef void (*sample_hist_terms_fn)(const float *x, int n, float m, float temp, float *e1, float *et);
+
 typedef struct sample_kernels {
     sample_block_max_fn block_max;
     sample_exp_sum_fn exp_sum;       /* exact terms */
     sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively */
+    sample_hist_terms_fn hist_terms;
 } sample_kernels;
 
 /* Relative error bound of exp_sum_fast's terms (so of its sum, which is >= 1 where the sampler uses it). */
 #define SAMPLE_FAST_EXP_ERR 3e-7
+/* A cumulative sum or a min-p ratio computed with the fast normalizer lies within this of the exact one
+ * (SAMPLE_FAST_EXP_ERR relative, plus one float rounding per probability), with room to spare. */
+#define FAST_MARGIN 1e-6
 
 void sample_block_max_ref(const float *x, int nblk, float *bm);
 double sample_exp_sum_ref(const float *x, int n, float m, float temp);
@@ -47,6 +58,8 @@ double sample_exp_sum_ref(const float *x, int n, float m, float temp);
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
 double sample_exp_sum_avx2(const float *x, int n, float m, float temp);
 double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp);
+void sample_hist_terms_ref(const float *x, int n, float m, float temp, float *e1, float *et);
+void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et);
 /* The AVX2 kernels when the CPU has them and KILN_NO_SIMD is unset, else the references. */
 sample_kernels sample_kernels_select(void);
 
@@ -138,5 +151,28 @@ void sample_heap_offer(cand *h, int k, cand x);
 void sample_heap_sort(cand *h, int k);
 /* The k-th largest of x[0..n) (1 <= k <= n); scratch holds k floats. */
 float sample_kth_largest(const float *x, int n, int k, float *scratch);
+
+/* ---- top-k off over many candidates by histogram (sample_hist.c) ---- */
+
+#define HIST_BINS 4096
+#define HIST_MIN_BLOCKS 64 /* blocks within 6 of the maximum from which the histogram beats the sorted bands */
+
+typedef struct sample_hist {
+    uint32_t *start;  /* HIST_BINS + 1: the bins' offsets in ord */
+    uint32_t *pos;    /* HIST_BINS: the second pass's cursors */
+    double *h1, *ht;  /* HIST_BINS: per bin the sums of the fast terms at temperature 1 and at the temperature */
+    cand *ord;        /* n_vocab: the candidates in bin order */
+} sample_hist;
+
+int sample_hist_init(sample_hist *h, int n_vocab);
+void sample_hist_free(sample_hist *h);
+/* Whether the view's candidates are spread enough (HIST_MIN_BLOCKS blocks near the maximum) for the histogram. */
+bool sample_hist_wanted(const sample_view *v);
+/* top-k off, top-p and / or min-p: the id that sample.c's sorted walk (cut_walk with the exact normalizer z at
+ * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision comes within
+ * HIST_MARGIN of its boundary or the walk would reach candidates below where expf underflows. tmp: the sort's
+ * scratch (2 n_vocab). */
+int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
+                        double z, double r, uint64_t *tmp);
 
 #endif

@@ -1,7 +1,8 @@
 /* sample_kernels_avx2.c — AVX2 + FMA variants of the sampler's kernels (8 logits per step): the block
  * maxima and two sums of exponentials: the exact one, whose terms are bit for bit glibc's expf (its
  * algorithm in 4 double lanes; the sum differs from the scalar reference only in the order of the double
- * additions), and a fast one whose terms are within 3e-7 of expf (a float polynomial).
+ * additions), and a fast one whose terms are within 3e-7 of expf (a float polynomial); and the histogram's
+ * terms (glibc's expf bit for bit too).
  * Compiled with -mavx2 -mfma; called only when the CPU has them. */
 #include "sample/sample_internal.h"
 
@@ -121,8 +122,23 @@ double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp) {
     for (; i < n; i++) z += (double)expf((x[i] - m) / temp);
     return z;
 }
+void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et) {
+    const __m128 vm = _mm_set1_ps(m), vt = _mm_set1_ps(temp);
+    const int div = temp != 1.0f;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 d = _mm_sub_ps(_mm_loadu_ps(x + i), vm);
+        const __m128 y1 = expf4(d);
+        _mm_storeu_ps(e1 + i, y1);
+        _mm_storeu_ps(et + i, div ? expf4(_mm_div_ps(d, vt)) : y1);
+    }
+    sample_hist_terms_ref(x + i, n - i, m, temp, e1 + i, et + i);
+}
 #else
 /* Built without the ISA flags: never selected, but kept linkable. */
+void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et) {
+    sample_hist_terms_ref(x, n, m, temp, e1, et);
+}
 void sample_block_max_avx2(const float *x, int nblk, float *bm) { sample_block_max_ref(x, nblk, bm); }
 double sample_exp_sum_avx2(const float *x, int n, float m, float temp) { return sample_exp_sum_ref(x, n, m, temp); }
 double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp) { return sample_exp_sum_ref(x, n, m, temp); }
