@@ -276,6 +276,13 @@ TEST(sample_kernels_match_scalar_reference) {
             const double zq = sample_exp_sum_fast_avx2(x, n, m, temp);
             CHECKF(fabs(zq - zr) <= SAMPLE_FAST_EXP_ERR * zr, "round %d temp %g: fast exp sum %.17g vs %.17g", round,
                    (double)temp, zq, zr);
+            /* the histogram's terms: expf's bit for bit, at 1 and at the temperature */
+            static float e1r[N], etr[N], e1a[N], eta[N];
+            sample_hist_terms_ref(x, n, m, temp, e1r, etr);
+            sample_hist_terms_avx2(x, n, m, temp, e1a, eta);
+            int bad = 0;
+            for (int i = 0; i < n; i++) bad += memcmp(&e1r[i], &e1a[i], 4) != 0 || memcmp(&etr[i], &eta[i], 4) != 0;
+            CHECKF(bad == 0, "round %d temp %g: %d histogram terms differ from expf's", round, (double)temp, bad);
         }
     }
     /* every term is libm's expf bit for bit: 8 equal terms sum exactly to 8 * term */
