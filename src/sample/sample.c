@@ -285,6 +285,10 @@ static int32_t all_walk(kiln_sampler *s, band *b, double z, double r, double mar
 static int32_t sample_all(kiln_sampler *s) {
     const float temp = s->p.temperature;
     const double r = next_uniform(s);
+    if (sample_hist_wanted(&s->view)) {
+        const int32_t id = sample_hist_draw(&s->hist, &s->view, &s->k, temp, r, s->tmp);
+        if (id >= 0) return id;
+    }
     band b = {.max = s->view.max, .unit = temp, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
     int32_t id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum_fast, temp), r, FAST_MARGIN);
     if (id < 0) id = all_walk(s, &b, sample_view_exp_sum(&s->view, s->k.exp_sum, temp), r, 0.0);

@@ -130,6 +130,30 @@ static int hist_cut(sample_hist *h, const kiln_sampler_params *p, float max, flo
     return 0;
 }
 
+/* The draw over the candidates of the bins before `last` and the first n_last of `last` (sorted when the cut
+ * walked it): softmax at the temperature with normalizer s, as sample.c's draw and all_walk walk it; the first
+ * whose cumulative passes r, or -1 (within HIST_MARGIN, or r beyond the rounded total: the walk's last). */
+static int32_t hist_draw(sample_hist *h, float max, float temp, double s, double r, int last, int n_last,
+                         uint64_t *tmp) {
+    double cum = 0.0;
+    for (int kb = 0; kb <= last; kb++) {
+        const int c0 = (int)h->start[kb], n = kb == last ? n_last : (int)h->start[kb + 1] - c0;
+        if (!n) continue;
+        if (kb < last && cum + h->ht[kb] / s < r - HIST_MARGIN) {
+            cum += h->ht[kb] / s;
+            continue;
+        }
+        cand *c = h->ord + c0;
+        sample_cand_sort(c, n, tmp); /* a prefix the cut walked is sorted already */
+        for (int i = 0; i < n; i++) {
+            const double prev = cum;
+            cum += (float)(expf((c[i].logit - max) / temp) / s);
+            if (r < cum) return cum - r < HIST_MARGIN || r - prev < HIST_MARGIN ? -1 : c[i].id;
+        }
+    }
+    return -1;
+}
+
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
                         double z, double r, uint64_t *tmp) {
     const float max = v->max, temp = p->temperature;
@@ -143,27 +167,25 @@ int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kerne
     fill_bins(h, v, k, lo, scale, temp);
     int last = -1, n_last = 0;
     if (hist_cut(h, p, max, scale, z, tmp, &last, &n_last) < 0 || last < 0) return -1;
-    /* the draw over what the cut keeps: softmax at the temperature (its normalizer from the bins before `last`
-     * and the kept members of `last`, already sorted), the first kept candidate where the cumulative passes r */
+    /* the draw over what the cut keeps: softmax at the temperature, its normalizer from the bins before `last`
+     * and the kept members of `last` (already sorted) */
     const cand *cl = h->ord + h->start[last];
     double s = 0.0;
     for (int kb = 0; kb < last; kb++) s += h->ht[kb];
     for (int i = 0; i < n_last; i++) s += expf((cl[i].logit - max) / temp);
-    double cum = 0.0;
-    for (int kb = 0; kb <= last; kb++) {
-        const int c0 = (int)h->start[kb], n = kb == last ? n_last : (int)h->start[kb + 1] - c0;
-        if (!n) continue;
-        if (kb < last && cum + h->ht[kb] / s < r - HIST_MARGIN) {
-            cum += h->ht[kb] / s;
-            continue;
-        }
-        cand *c = h->ord + c0;
-        sample_cand_sort(c, n, tmp); /* `last`'s kept prefix is sorted already when the cut walked it */
-        for (int i = 0; i < n; i++) {
-            const double prev = cum;
-            cum += (float)(expf((c[i].logit - max) / temp) / s);
-            if (r < cum) return cum - r < HIST_MARGIN || r - prev < HIST_MARGIN ? -1 : c[i].id;
-        }
-    }
-    return -1; /* r beyond the rounded total: the sorted walk's last candidate */
+    return hist_draw(h, max, temp, s, r, last, n_last, tmp);
+}
+
+int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,
+                         uint64_t *tmp) {
+    const float max = v->max;
+    if (!isfinite(max)) return -1;
+    const float lo = max - 104.0f * temp; /* expf((l - max) / temp) below is 0 */
+    fill_bins(h, v, k, lo, (float)HIST_BINS / (max - lo), temp);
+    int last = HIST_BINS - 1;
+    while (last > 0 && h->start[last + 1] == h->start[last]) last--;
+    /* the normalizer: every nonzero term is in the bins (the walk's exact one but for the order of the sums) */
+    double z = 0.0;
+    for (int kb = 0; kb <= last; kb++) z += h->ht[kb];
+    return hist_draw(h, max, temp, z, r, last, (int)(h->start[last + 1] - h->start[last]), tmp);
 }

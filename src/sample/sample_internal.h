@@ -174,5 +174,9 @@ bool sample_hist_wanted(const sample_view *v);
  * scratch (2 n_vocab). */
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
                         double z, double r, uint64_t *tmp);
+/* top-k off, no cut: the id that sample.c's all_walk (with the exact normalizer at the temperature) draws with
+ * uniform r, or -1 as above. */
+int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,
+                         uint64_t *tmp);
 
 #endif
