@@ -63,8 +63,10 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
                       float temp) {
     const float max = v->max;
     memset(h->start, 0, (HIST_BINS + 1) * sizeof *h->start);
+    const bool one = temp == 1.0f; /* the terms at the temperature are those at 1 */
     memset(h->h1, 0, HIST_BINS * sizeof *h->h1);
-    memset(h->ht, 0, HIST_BINS * sizeof *h->ht);
+    if (!one) memset(h->ht, 0, HIST_BINS * sizeof *h->ht);
+    h->tsum = one ? h->h1 : h->ht;
     float e1[SAMPLE_BLOCK], et[SAMPLE_BLOCK];
     for (int b = 0; b < v->nb; b++) {
         if (!(v->bm[b] >= lo)) continue;
@@ -76,7 +78,7 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
             const int kb = bin_of(x[j], max, scale);
             h->start[kb + 1]++;
             h->h1[kb] += e1[j];
-            h->ht[kb] += et[j];
+            if (!one) h->ht[kb] += et[j];
         }
     }
     for (int kb = 0; kb < HIST_BINS; kb++) h->pos[kb] = h->start[kb], h->start[kb + 1] += h->start[kb];
@@ -139,8 +141,8 @@ static int32_t hist_draw(sample_hist *h, float max, float temp, double s, double
     for (int kb = 0; kb <= last; kb++) {
         const int c0 = (int)h->start[kb], n = kb == last ? n_last : (int)h->start[kb + 1] - c0;
         if (!n) continue;
-        if (kb < last && cum + h->ht[kb] / s < r - HIST_MARGIN) {
-            cum += h->ht[kb] / s;
+        if (kb < last && cum + h->tsum[kb] / s < r - HIST_MARGIN) {
+            cum += h->tsum[kb] / s;
             continue;
         }
         cand *c = h->ord + c0;
@@ -171,7 +173,7 @@ int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kerne
      * and the kept members of `last` (already sorted) */
     const cand *cl = h->ord + h->start[last];
     double s = 0.0;
-    for (int kb = 0; kb < last; kb++) s += h->ht[kb];
+    for (int kb = 0; kb < last; kb++) s += h->tsum[kb];
     for (int i = 0; i < n_last; i++) s += expf((cl[i].logit - max) / temp);
     return hist_draw(h, max, temp, s, r, last, n_last, tmp);
 }
@@ -186,6 +188,6 @@ int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kern
     while (last > 0 && h->start[last + 1] == h->start[last]) last--;
     /* the normalizer: every nonzero term is in the bins (the walk's exact one but for the order of the sums) */
     double z = 0.0;
-    for (int kb = 0; kb <= last; kb++) z += h->ht[kb];
+    for (int kb = 0; kb <= last; kb++) z += h->tsum[kb];
     return hist_draw(h, max, temp, z, r, last, (int)(h->start[last + 1] - h->start[last]), tmp);
 }

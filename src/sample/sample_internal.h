@@ -160,7 +160,8 @@ float sample_kth_largest(const float *x, int n, int k, float *scratch);
 typedef struct sample_hist {
     uint32_t *start;  /* HIST_BINS + 1: the bins' offsets in ord */
     uint32_t *pos;    /* HIST_BINS: the second pass's cursors */
-    double *h1, *ht;  /* HIST_BINS: per bin the sums of the fast terms at temperature 1 and at the temperature */
+    double *h1, *ht;  /* HIST_BINS: per bin the sums of the terms at temperature 1 and at the temperature */
+    const double *tsum; /* the call's sums at the temperature: ht, or h1 at temperature 1 */
     cand *ord;        /* n_vocab: the candidates in bin order */
 } sample_hist;
 
