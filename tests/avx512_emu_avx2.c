@@ -242,6 +242,7 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define cpu_gemm_rows_q8_0_vnni emu_gemm_rows_q8_0_vnni
 #define cpu_gemm_rows_q4_0_vnni emu_gemm_rows_q4_0_vnni
 #define cpu_gemm_row1_q4_K_vnni emu_gemm_row1_q4_K_vnni
+#define cpu_gemm_row1_q6_K_avx512 emu_gemm_row1_q6_K_avx512
 
 /* this file is compiled for AVX2 (its name): so are the kernels included here */
 #include "formats/dot_avx512.c"
@@ -251,4 +252,5 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 
 const avx512_kernels avx512_emulated = {emu_dot_q8_0_vnni, emu_dot_q4_0_vnni, emu_dot_q4_K_vnni,
                                         emu_gemm_q8_0_avx512, emu_gemm_q4_0_avx512, emu_gemm_q4_K_avx512,
-                                        emu_gemm_rows_q8_0_vnni, emu_gemm_rows_q4_0_vnni, emu_gemm_row1_q4_K_vnni};
+                                        emu_gemm_rows_q8_0_vnni, emu_gemm_rows_q4_0_vnni, emu_gemm_row1_q4_K_vnni,
+                                        emu_gemm_row1_q6_K_avx512};

@@ -222,6 +222,11 @@ TEST(cpu_gemm_row1_bit_identical_to_single_dots) {
         row1_cases(KILN_TYPE_Q6_K, cpu_gemm_row1_q6_K_avx2, kiln_dot_q6_K_avx2, sizes[3], &rng);
         kernels += 4;
     }
+    if (kiln_cpu_level() >= KILN_CPU_AVX512) {
+        /* the avx512 level's Q6_K dot (no VNNI one) and its kernel there, so the loop above ran that one */
+        CHECK(kiln_type_get(KILN_TYPE_Q6_K)->vec_dot_fast == kiln_dot_q6_K_avx2);
+        CHECK(cpu_gemm_row1_select(kiln_dot_q6_K_avx2) == cpu_gemm_row1_q6_K_avx512);
+    }
 #endif
     if (!kernels) test_skip("no single-row kernel on this CPU (or KILN_NO_SIMD=1): the dots only");
 }
@@ -372,6 +377,9 @@ static void check_avx512_kernels(const avx512_kernels *k) {
                 if (nw > 2) gemm_case(cases[t].type, k->row1_q4_K, vnni[t], sizes[t][0], nw, 3, 1, nw - 1, b, b + 1, &rng);
             }
     }
+    /* Q6_K's single-row kernel against the dot of its level (Q6_K has no VNNI dot) */
+    static const int q6_sizes[2] = {768, 256};
+    row1_cases(KILN_TYPE_Q6_K, k->row1_q6_K, kiln_dot_q6_K_avx2, q6_sizes, &rng);
 }
 #endif
 
@@ -382,7 +390,8 @@ TEST(cpu_avx512_kernels_bit_identical_to_avx2) {
     kiln_formats_init();
     const avx512_kernels real = {kiln_dot_q8_0_vnni, kiln_dot_q4_0_vnni, kiln_dot_q4_K_vnni,
                                  cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512,
-                                 cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni, cpu_gemm_row1_q4_K_vnni};
+                                 cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni, cpu_gemm_row1_q4_K_vnni,
+                                 cpu_gemm_row1_q6_K_avx512};
     check_avx512_kernels(&real);
     /* and the backend picks them at the avx512 level */
     if (kiln_cpu_level() == KILN_CPU_AVX512) {

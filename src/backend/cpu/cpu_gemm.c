@@ -110,7 +110,8 @@ cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot) {
     if (dot == kiln_dot_q4_0_avx2 || dot == kiln_dot_q4_0_vnni) return cpu_gemm_row1_q4_0_avx2;
     if (dot == kiln_dot_q4_K_vnni) return cpu_gemm_row1_q4_K_vnni;
     if (dot == kiln_dot_q4_K_avx2) return cpu_gemm_row1_q4_K_avx2;
-    if (dot == kiln_dot_q6_K_avx2 && kiln_cpu_level() < KILN_CPU_AVX512) return cpu_gemm_row1_q6_K_avx2;
+    /* Q6_K's dot is kiln_dot_q6_K_avx2 at both levels; on AVX-512 the L2-prefetching kernel (measured: cpu_gemm.h) */
+    if (dot == kiln_dot_q6_K_avx2) return kiln_cpu_level() >= KILN_CPU_AVX512 ? cpu_gemm_row1_q6_K_avx512 : cpu_gemm_row1_q6_K_avx2;
 #endif
     (void)dot;
     return NULL;

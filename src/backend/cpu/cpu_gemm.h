@@ -164,9 +164,14 @@ bool cpu_gemm_rows_flips(kiln_vec_dot_fn dot);
 void cpu_gemm_flip_row(const void *y, int n, uint8_t *yu);
 
 /* The kernel for a single activation row (decode of one sequence), where one is faster than the dot itself
- * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, the AVX2 Q8_0 / Q4_0 ones on VNNI too; Q6_K's two
- * streams only below AVX-512: a Zen 4 decoded llama-3.2-1b Q4_K, whose output matrix is Q6_K, 4-6% faster with
- * the plain dot), else NULL (call the dot per weight row). Only the VNNI Q4_K one reads a->yu
+ * (measured: Q8_0, Q4_0, Q4_K and Q6_K: the kernels below, the AVX2 Q8_0 / Q4_0 ones on VNNI too), else NULL
+ * (call the dot per weight row). Q6_K on AVX-512 machines: not the AVX2 kernel (its L1 prefetches decoded
+ * llama-3.2-1b Q4_K, whose output matrix is Q6_K, 4-6% slower than the plain dot on a Zen 4) but
+ * cpu_gemm_row1_q6_K_avx512, prefetching into L2: on a 2-core Zen 4, llama-3.2-1b's 215 MB Q6_K output matrix
+ * alone against one row ran 4-10% faster than the plain dot per row at 1 thread (6 of 6 runs of 100 alternated
+ * reps) and the same at 2 threads (both at the memory's ~33 GB/s); whole decode, alternated with the plain dot
+ * on a noisy shared box, was faster in 16 of 24 pairs at 1 thread and 18 of 24 at 2 (paired medians +3%, +8%)
+ * but slower in 2 of 2 longer runs at 2 threads: within its noise there. Only the VNNI Q4_K one reads a->yu
  * (cpu_gemm_row1_reads_yu). Bit-identical to dot like every kernel here. */
 cpu_gemm_fn cpu_gemm_row1_select(kiln_vec_dot_fn dot);
 /* Whether cpu_gemm_row1_select(dot) reads a->yu: the activation row's values in k4 order. */
@@ -183,5 +188,8 @@ void cpu_gemm_row1_q4_0_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int
 /* Q4_K and Q6_K on AVX2 (CPU_GEMM_ROW1_PAIRS): two streams of weight rows interleaved, each prefetched. */
 void cpu_gemm_row1_q4_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 void cpu_gemm_row1_q6_K_avx2(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
+/* Q6_K on AVX-512 machines (cpu_gemm_avx512.c): the same two streams, bit-identical to kiln_dot_q6_K_avx2 (the
+ * dot at that level too: Q6_K has no VNNI one), prefetched into L2 as cpu_gemm_row1_q4_K_vnni. */
+void cpu_gemm_row1_q6_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 #endif

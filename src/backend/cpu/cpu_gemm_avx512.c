@@ -386,3 +386,34 @@ void cpu_gemm_row1_q4_K_vnni(const cpu_gemm_args *a, int r0, int r1, int b0, int
     }
     if ((r1 - r0) % 2) kiln_dot_q4_K_vnni(a->n, &out[r1 - 1], a->w + (size_t)(r1 - 1) * a->w_stride, y);
 }
+
+/* Q6_K against one activation row on AVX-512 VNNI machines (Q6_K has no VNNI dot: the dot there is
+ * kiln_dot_q6_K_avx2): CPU_GEMM_ROW1_PAIRS's two streams of its block steps (q6_K_dot_block, each row's in its
+ * order, the result hsum(acc): bit-identical to kiln_dot_q6_K_avx2), but prefetched as the VNNI Q4_K kernel is:
+ * K4_ROW1_PREFETCH ahead into L2, the first K4_ROW1_PREFETCH bytes of each stream at entry (with the AVX2
+ * kernel's L1 prefetches a Zen 4 decoded slower than with the plain dot). An odd last row through the dot. */
+void cpu_gemm_row1_q6_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    KILN_ASSERT(b1 == b0 + 1);
+    const int nb = a->n / QK_K, half = (r1 - r0) / 2;
+    const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b0 * a->y_stride);
+    float *out = a->out + (size_t)b0 * a->out_stride;
+    if (half > 0)
+        for (int o = 0; o < K4_ROW1_PREFETCH; o += 64) {
+            _mm_prefetch((const char *)a->w + (size_t)r0 * a->w_stride + o, _MM_HINT_T1);
+            _mm_prefetch((const char *)a->w + (size_t)(r0 + half) * a->w_stride + o, _MM_HINT_T1);
+        }
+    for (int r = r0; r < r0 + half; r++) {
+        const block_q6_K *x0 = (const block_q6_K *)(a->w + (size_t)r * a->w_stride);
+        const block_q6_K *x1 = (const block_q6_K *)(a->w + (size_t)(r + half) * a->w_stride);
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        for (int ib = 0; ib < nb; ib++) {
+            const char *p0 = (const char *)&x0[ib] + K4_ROW1_PREFETCH, *p1 = (const char *)&x1[ib] + K4_ROW1_PREFETCH;
+            UNROLL for (int o = 0; o < (int)sizeof(block_q6_K); o += 64) _mm_prefetch(p0 + o, _MM_HINT_T1), _mm_prefetch(p1 + o, _MM_HINT_T1);
+            q6_K_dot_block(&x0[ib], &y[ib], &acc0);
+            q6_K_dot_block(&x1[ib], &y[ib], &acc1);
+        }
+        out[r] = hsum_ps(acc0);
+        out[r + half] = hsum_ps(acc1);
+    }
+    if ((r1 - r0) % 2) kiln_dot_q6_K_avx2(a->n, &out[r1 - 1], a->w + (size_t)(r1 - 1) * a->w_stride, y);
+}
