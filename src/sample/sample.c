@@ -15,7 +15,9 @@
  * same double cumulative sums in the same order), so for the same seed the same ids come out. The
  * normalizer of the whole vocabulary is first summed with a fast exp (within SAMPLE_FAST_EXP_ERR); a cut or
  * draw that falls within FAST_MARGIN of a boundary is walked again with the exact normalizer (expf's terms
- * bit for bit), which differs from the definition's only in the order of its double additions.
+ * bit for bit), which differs from the definition's only in the order of its double additions. Over a flat
+ * distribution the bands would sort most of the vocabulary: there sample_hist.c decides first, from bins of
+ * the logit, and the bands walk only where it cannot.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -250,7 +252,7 @@ static int32_t sample_cut(kiln_sampler *s) {
     const float max = s->view.max;
     const int top_p = p->top_p < 1.0f;
     band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
-    if (p->min_p > 0.0f) b.floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* below: min-p fails */
+    if (p->min_p > 0.0f) b.floor = sample_min_p_floor(max, p->min_p);
     const double r = next_uniform(s);
     if (sample_hist_wanted(&s->view)) {
         const double z = top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f) : 1.0;

@@ -2,13 +2,13 @@
  * sample_hist.c — top-k off over many candidates (a flat distribution: thousands of ids within reach of the
  * maximum) without sorting them. One pass puts every candidate that can matter into HIST_BINS bins linear in
  * the logit, from the lowest logit that can matter (min-p's floor, else where expf underflows) to the maximum,
- * summing per bin its terms (expf's, bit for bit) at temperature 1 and at the sampling temperature; a second pass lays the
- * candidates out in bin order (ascending id within a bin). Then min-p's boundary, top-p's crossing and the
- * draw's crossing each take whole the bins whose sums lie clearly before them, and sort and walk, with the
- * definition's arithmetic (sample.c's cut_walk and draw), only the bins where they may fall. Each decision is
- * the sorted walk's (with the exact normalizer, whose p it computes bit for bit) wherever it lies further than
- * HIST_MARGIN from its boundary (the bins' sums differ from the walk's cumulative only by the float rounding of
- * each probability and the order of the additions); otherwise sample_hist_cut returns -1 and the caller walks
+ * summing per bin its terms (expf's, bit for bit) at temperature 1 and at the sampling temperature; a second
+ * pass lays the candidates out in bin order (ascending id within a bin). Then min-p's boundary, top-p's
+ * crossing and the draw's crossing each take whole the bins whose sums lie clearly before them, and sort and
+ * walk, with the definition's arithmetic (sample.c's cut_walk, draw and all_walk), only the bins where they may
+ * fall. Each decision is the sorted walk's (with the exact normalizer, whose p it computes bit for bit) wherever
+ * it lies further than HIST_MARGIN from its boundary (the bins' sums differ from the walk's cumulative only by
+ * the float rounding of each probability and the order of the additions); otherwise -1, and the caller walks
  * sorted.
  */
 #include <math.h>
@@ -58,7 +58,7 @@ static inline int bin_of(float l, float max, float scale) {
     return t < (float)HIST_BINS ? (int)t : HIST_BINS - 1;
 }
 
-/* The two passes: per bin the count (into start[k + 1]), the fast terms' sums, then the candidates in bin order. */
+/* The two passes: per bin the count (into start[k + 1]) and the terms' sums, then the candidates in bin order. */
 static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels *k, float lo, float scale,
                       float temp) {
     const float max = v->max;
@@ -93,9 +93,9 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
 
 /* The cut: the bin `*last` and the number `*n_last` of its sorted members that the walk keeps (every member of
  * the bins before it kept), as cut_walk with normalizer z decides; 0, or -1 when a decision comes within the
- * margins of its boundary or the walk would go on below lo. */
-static int hist_cut(sample_hist *h, const kiln_sampler_params *p, float max, float scale, double z, uint64_t *tmp,
-                    int *last, int *n_last) {
+ * margin of its boundary or the walk would go on below lo (lo not min-p's floor, where the walk ends). */
+static int hist_cut(sample_hist *h, const kiln_sampler_params *p, float max, float scale, bool lo_is_floor,
+                    double z, uint64_t *tmp, int *last, int *n_last) {
     const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
     const float thr = (float)(1.0 / z) * p->min_p; /* the maximum's p times min-p, as cut_walk's first candidate */
     double cum = 0.0;
@@ -127,8 +127,8 @@ static int hist_cut(sample_hist *h, const kiln_sampler_params *p, float max, flo
         }
         *last = kb, *n_last = n;
     }
-    /* the walk went past every bin: it ends at min-p's floor (lo), else it would go on below lo */
-    if (!min_p || (top_p && (double)p->top_p - cum < HIST_MARGIN)) return -1;
+    /* the walk went past every bin: it ends at min-p's floor, else it would go on below lo */
+    if (!lo_is_floor || (top_p && (double)p->top_p - cum < HIST_MARGIN)) return -1;
     return 0;
 }
 
@@ -161,14 +161,15 @@ int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kerne
     const float max = v->max, temp = p->temperature;
     if (!isfinite(max)) return -1;
     float lo = max - 104.0f; /* expf below is 0 */
+    bool lo_is_floor = false;
     if (p->min_p > 0.0f) {
-        const float floor = max + logf(p->min_p) - (1e-3f + 1e-5f * fabsf(max)); /* sample_cut's: below, min-p fails */
-        if (floor > lo) lo = floor;
+        const float floor = sample_min_p_floor(max, p->min_p);
+        if (floor >= lo) lo = floor, lo_is_floor = true;
     }
     const float scale = (float)HIST_BINS / (max - lo);
     fill_bins(h, v, k, lo, scale, temp);
     int last = -1, n_last = 0;
-    if (hist_cut(h, p, max, scale, z, tmp, &last, &n_last) < 0 || last < 0) return -1;
+    if (hist_cut(h, p, max, scale, lo_is_floor, z, tmp, &last, &n_last) < 0 || last < 0) return -1;
     /* the draw over what the cut keeps: softmax at the temperature, its normalizer from the bins before `last`
      * and the kept members of `last` (already sorted) */
     const cand *cl = h->ord + h->start[last];

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kiln.h"
@@ -153,6 +154,12 @@ void sample_heap_sort(cand *h, int k);
 float sample_kth_largest(const float *x, int n, int k, float *scratch);
 
 /* ---- top-k off over many candidates by histogram (sample_hist.c) ---- */
+
+/* min-p's floor below the maximum: a logit below it fails min-p whatever the normalizer (a margin over
+ * max + log(min_p) for the rounding of the probabilities). */
+static inline float sample_min_p_floor(float max, float min_p) {
+    return max + logf(min_p) - (1e-3f + 1e-5f * fabsf(max));
+}
 
 #define HIST_BINS 4096
 #define HIST_MIN_BLOCKS 64 /* blocks within 6 of the maximum from which the histogram beats the sorted bands */
