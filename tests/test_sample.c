@@ -251,58 +251,117 @@ TEST(sample_distribution_matches_reference) {
     free(x);
 }
 
-TEST(sample_kernels_match_scalar_reference) {
-    if (!kiln_cpu_has_avx2()) { test_skip("no AVX2 on this CPU"); return; }
+#if KILN_X86
+/* The SIMD variants of the sampler's kernels, each beside the scalar reference. */
+static const struct kernel_variant {
+    const char *name;
+    kiln_isa_level level;
+    sample_exp_sum_fn exp_sum, exp_sum_fast;
+    sample_hist_block_fn hist_block;
+    sample_bin_find_fn bin_find;
+} kernel_variants[] = {
+    {"avx2", KILN_CPU_AVX2, sample_exp_sum_avx2, sample_exp_sum_fast_avx2, sample_hist_block_avx2,
+     sample_bin_find_avx2},
+    {"avx512", KILN_CPU_AVX512, sample_exp_sum_avx512, sample_exp_sum_fast_avx2, sample_hist_block_avx512,
+     sample_bin_find_avx512},
+};
+
+/* One variant against the references on random blocks: the exact sum and the histogram's block bit for bit
+ * (terms, bins, sum), the bins' search equal, the fast sum within its bound. */
+static void check_kernel_variant(const struct kernel_variant *kv) {
     enum { NB = 37, N = NB * SAMPLE_BLOCK };
-    static float x[N];
+    static float x[N], e1r[N], etr[N], e1a[N], eta[N];
+    static uint16_t binr[N], bina[N];
+    static int32_t idr[N], ida[N + 16];
     uint64_t rng = 3;
     for (int round = 0; round < 20; round++) {
-        const float scale = round < 10 ? 3.0f : 40.0f;
-        for (int i = 0; i < N; i++) x[i] = test_rand_normal(&rng) * scale;
+        const float spread = round < 10 ? 3.0f : 40.0f;
+        for (int i = 0; i < N; i++) x[i] = test_rand_normal(&rng) * spread;
         if (round % 3 == 0) x[test_rand_u64(&rng) % N] = -INFINITY;
-        float bm_ref[NB], bm_fast[NB];
-        sample_block_max_ref(x, NB, bm_ref);
-        sample_block_max_avx2(x, NB, bm_fast);
-        float m = bm_ref[0];
-        for (int b = 0; b < NB; b++) {
-            CHECKF(bm_ref[b] == bm_fast[b], "block %d: max %g vs %g", b, (double)bm_ref[b], (double)bm_fast[b]);
-            m = bm_ref[b] > m ? bm_ref[b] : m;
-        }
+        float bm[NB], m = -INFINITY;
+        sample_block_max_ref(x, NB, bm);
+        for (int b = 0; b < NB; b++) m = bm[b] > m ? bm[b] : m;
         for (int t = 0; t < 3; t++) {
             const float temp = t == 0 ? 1.0f : t == 1 ? 0.7f : 20.0f;
-            const int n = N - round; /* tails of every length mod 8 */
-            const double zr = sample_exp_sum_ref(x, n, m, temp), zf = sample_exp_sum_avx2(x, n, m, temp);
-            CHECKF(fabs(zf - zr) <= 1e-13 * zr, "round %d temp %g: exp sum %.17g vs %.17g", round, (double)temp, zf, zr);
-            const double zq = sample_exp_sum_fast_avx2(x, n, m, temp);
-            CHECKF(fabs(zq - zr) <= SAMPLE_FAST_EXP_ERR * zr, "round %d temp %g: fast exp sum %.17g vs %.17g", round,
-                   (double)temp, zq, zr);
-            /* the histogram's terms: expf's bit for bit, at 1 and at the temperature */
-            static float e1r[N], etr[N], e1a[N], eta[N];
-            sample_hist_terms_ref(x, n, m, temp, e1r, etr);
-            sample_hist_terms_avx2(x, n, m, temp, e1a, eta);
+            const int nb = NB - round % 5; /* runs of several lengths, from a z carried in */
+            const double z0 = round * 0.25;
+            const double zr = sample_exp_sum_ref(x, nb, m, temp, z0), za = kv->exp_sum(x, nb, m, temp, z0);
+            CHECKF(memcmp(&zr, &za, sizeof zr) == 0, "%s round %d temp %g: exp sum %.17g vs %.17g", kv->name, round,
+                   (double)temp, za, zr);
+            const double zq = kv->exp_sum_fast(x, nb, m, temp, z0);
+            CHECKF(fabs(zq - zr) <= SAMPLE_FAST_EXP_ERR * zr, "%s round %d temp %g: fast exp sum %.17g vs %.17g",
+                   kv->name, round, (double)temp, zq, zr);
+            /* the histogram's blocks: terms, bins and sums bit for bit */
+            const float lo = m - (t == 2 ? 30.0f : 8.0f), scale = (float)HIST_BINS / (m - lo);
             int bad = 0;
-            for (int i = 0; i < n; i++) bad += memcmp(&e1r[i], &e1a[i], 4) != 0 || memcmp(&etr[i], &eta[i], 4) != 0;
-            CHECKF(bad == 0, "round %d temp %g: %d histogram terms differ from expf's", round, (double)temp, bad);
+            double hr = 0.0, ha = 0.0;
+            for (int b = 0; b < NB; b++) {
+                const size_t o = (size_t)b * SAMPLE_BLOCK;
+                hr = sample_hist_block_ref(x + o, m, temp, lo, scale, e1r + o, etr + o, binr + o, hr);
+                ha = kv->hist_block(x + o, m, temp, lo, scale, e1a + o, eta + o, bina + o, ha);
+            }
+            for (int i = 0; i < N; i++)
+                bad += memcmp(&e1r[i], &e1a[i], 4) != 0 || memcmp(&etr[i], &eta[i], 4) != 0 || binr[i] != bina[i];
+            CHECKF(bad == 0, "%s round %d temp %g: %d histogram terms or bins differ", kv->name, round,
+                   (double)temp, bad);
+            CHECKF(memcmp(&hr, &ha, sizeof hr) == 0, "%s round %d: histogram sums %.17g vs %.17g", kv->name, round,
+                   ha, hr);
+            const double zs = sample_exp_sum_ref(x, NB, m, 1.0f, 0.0);
+            CHECKF(memcmp(&hr, &zs, sizeof hr) == 0, "round %d: histogram sum %.17g vs exp sum %.17g", round, hr, zs);
+            for (int kb = 0; kb <= HIST_BINS; kb += 1 + (int)(test_rand_u64(&rng) % 97)) {
+                const int nr = sample_bin_find_ref(binr, N, (uint16_t)kb, idr);
+                const int na = kv->bin_find(binr, N, (uint16_t)kb, ida);
+                CHECKF(nr == na && memcmp(idr, ida, (size_t)nr * sizeof *idr) == 0, "%s bin %d: %d vs %d members",
+                       kv->name, kb, na, nr);
+            }
         }
     }
-    /* every term is libm's expf bit for bit: 8 equal terms sum exactly to 8 * term */
+    /* every term is libm's expf bit for bit, the fast one within its bound: 64 equal terms sum exactly to 64
+     * times the term */
     int wrong = 0, fast_wrong = 0;
-    float worst = 0.0f, fast_worst = 0.0f;
-    for (int i = 0; i < 400000; i++) {
+    float worst = 0.0f, fast_worst = 0.0f, v64[SAMPLE_BLOCK];
+    for (int i = 0; i < 60000; i++) {
         const uint64_t u = test_rand_u64(&rng);
         float v = -(float)(u % 1000003) * (112.0f / 1000003.0f);
         if (i % 4 == 1) v = -ldexpf((float)(u % 4096), -(int)(u >> 60) - 10); /* near 0 */
         if (i == 0) v = -INFINITY;
-        float v8[8];
-        for (int j = 0; j < 8; j++) v8[j] = v;
-        const double got = sample_exp_sum_avx2(v8, 8, 0.0f, 1.0f) / 8.0, want = (double)expf(v);
+        for (int j = 0; j < SAMPLE_BLOCK; j++) v64[j] = v;
+        const double got = kv->exp_sum(v64, 1, 0.0f, 1.0f, 0.0) / SAMPLE_BLOCK, want = (double)expf(v);
         if (got != want) { wrong++; worst = v; }
-        const double fast = sample_exp_sum_fast_avx2(v8, 8, 0.0f, 1.0f) / 8.0;
+        const double fast = kv->exp_sum_fast(v64, 1, 0.0f, 1.0f, 0.0) / SAMPLE_BLOCK;
         const double err = fabs(fast - want), bound = v >= -87.33f ? SAMPLE_FAST_EXP_ERR * want : 1.2e-38;
         if (err > bound) { fast_wrong++; fast_worst = v; }
     }
-    CHECKF(wrong == 0, "%d terms differ from expf (e.g. at %a)", wrong, (double)worst);
-    CHECKF(fast_wrong == 0, "%d fast terms outside the bound (e.g. at %a)", fast_wrong, (double)fast_worst);
+    CHECKF(wrong == 0, "%s: %d terms differ from expf (e.g. at %a)", kv->name, wrong, (double)worst);
+    CHECKF(fast_wrong == 0, "%s: %d fast terms outside the bound (e.g. at %a)", kv->name, fast_wrong,
+           (double)fast_worst);
+}
+#endif
+
+TEST(sample_kernels_match_scalar_reference) {
+#if KILN_X86
+    if (!kiln_cpu_has_avx2()) { test_skip("no AVX2 on this CPU"); return; }
+    enum { NB = 37, N = NB * SAMPLE_BLOCK };
+    static float x[N];
+    uint64_t rng = 5;
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < N; i++) x[i] = test_rand_normal(&rng) * (round < 5 ? 3.0f : 40.0f);
+        if (round % 3 == 0) x[test_rand_u64(&rng) % N] = -INFINITY;
+        float bm_ref[NB], bm_fast[NB];
+        sample_block_max_ref(x, NB, bm_ref);
+        sample_block_max_avx2(x, NB, bm_fast);
+        CHECKF(memcmp(bm_ref, bm_fast, sizeof bm_ref) == 0, "round %d: block maxima differ", round);
+    }
+    for (size_t i = 0; i < sizeof kernel_variants / sizeof kernel_variants[0]; i++) {
+        if (kiln_cpu_level_best() < kernel_variants[i].level) {
+            printf("  (%s kernels not checked: this CPU lacks them)\n", kernel_variants[i].name);
+            continue;
+        }
+        check_kernel_variant(&kernel_variants[i]);
+    }
+#else
+    test_skip("the SIMD variants are x86 only");
+#endif
 }
 
 TEST(sample_allocates_nothing_per_call) {

@@ -254,14 +254,15 @@ static int32_t sample_cut(kiln_sampler *s) {
     band b = {.max = max, .unit = 1.0f, .d = 6.0f, .hi = INFINITY, .floor = -INFINITY};
     if (p->min_p > 0.0f) b.floor = sample_min_p_floor(max, p->min_p);
     const double r = next_uniform(s);
+    int n;
     if (sample_hist_wanted(&s->view)) {
-        const double z = top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f) : 1.0;
+        double z;
+        const int32_t id = sample_hist_cut(&s->hist, &s->view, &s->k, p, r, s->tmp, &z);
         if (top_p) s->logz = log(z), s->have_logz = 1;
-        const int32_t id = sample_hist_cut(&s->hist, &s->view, &s->k, p, z, r, s->tmp);
         if (id >= 0) return id;
-    }
-    int n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0, FAST_MARGIN);
-    if (n < 0) {
+        n = cut_walk(s, &b, z, 0.0); /* z is exact: the sorted walk decides at once */
+    } else if ((n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0,
+                             FAST_MARGIN)) < 0) {
         const double z = sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f);
         s->logz = log(z);
         s->have_logz = 1;

@@ -11,7 +11,7 @@
  * Files: sample.c (API, the chain), sample_penalty.c (repetition, presence, frequency), sample_view.c (the
  * view and the passes over it), sample_cand.c (candidate sorting, top-n heap), sample_hist.c (top-k off over
  * many candidates by histogram), sample_kernels.c (scalar reference kernels, dispatch) and
- * sample_kernels_avx2.c (their AVX2 variants).
+ * sample_kernels_avx2.c, sample_kernels_avx512.c (their AVX2 and AVX-512 variants).
  */
 #ifndef KILN_SAMPLE_INTERNAL_H
 #define KILN_SAMPLE_INTERNAL_H
@@ -31,19 +31,28 @@ typedef struct cand { int32_t id; float logit; float p; } cand;
 
 /* bm[b] = max of x[b*64 .. b*64+64) for b < nblk (x holds nblk full blocks). */
 typedef void (*sample_block_max_fn)(const float *x, int nblk, float *bm);
-/* Sum over i < n of (double)expf((x[i] - m) / temp): the terms of the definition's softmax (same float
- * expression, same expf), accumulated in double. */
-typedef double (*sample_exp_sum_fn)(const float *x, int n, float m, float temp);
+/* z plus the sum over the nblk blocks of x of the terms (double)expf((x[i] - m) / temp) (the definition's
+ * softmax terms: same float expression, same expf), added to z block after block. Exact variants (exp_sum)
+ * sum each block in one order, SAMPLE_SUM_ORDER, so that every variant returns the same double. */
+typedef double (*sample_exp_sum_fn)(const float *x, int nblk, float m, float temp, double z);
+/* SAMPLE_SUM_ORDER: within a block of 64 terms t[], lane l = 0..7 adds t[l], t[l + 8], ..., t[l + 56] in
+ * turn from 0, then the block's sum is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
 
-/* e1[i] = expf(x[i] - m) and et[i] = expf((x[i] - m) / temp) for i < n, bit for bit (the histogram's terms,
- * sample_hist.c). */
-typedef void (*sample_hist_terms_fn)(const float *x, int n, float m, float temp, float *e1, float *et);
+/* One block of the histogram (sample_hist.c), x[0..64): e1[j] = expf(x[j] - m) and et[j] = expf((x[j] - m) /
+ * temp) bit for bit, bin[j] = min((int)((m - x[j]) * scale), HIST_BINS - 1) where x[j] >= lo, else
+ * HIST_BINS (also for NaN); returns z plus the block's exact temperature-1 sum (as exp_sum's). */
+typedef double (*sample_hist_block_fn)(const float *x, float m, float temp, float lo, float scale, float *e1,
+                                       float *et, uint16_t *bin, double z);
+/* The indices i < n (n a multiple of 64) with bin[i] == kb, ascending, into ids (room for n + 16: the SIMD
+ * variants store whole vectors past the count); returns their count. */
+typedef int (*sample_bin_find_fn)(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 
 typedef struct sample_kernels {
     sample_block_max_fn block_max;
-    sample_exp_sum_fn exp_sum;       /* exact terms */
-    sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively */
-    sample_hist_terms_fn hist_terms;
+    sample_exp_sum_fn exp_sum;       /* exact terms, SAMPLE_SUM_ORDER */
+    sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively; any order */
+    sample_hist_block_fn hist_block;
+    sample_bin_find_fn bin_find;
 } sample_kernels;
 
 /* Relative error bound of exp_sum_fast's terms (so of its sum, which is >= 1 where the sampler uses it). */
@@ -52,16 +61,28 @@ typedef struct sample_kernels {
  * (SAMPLE_FAST_EXP_ERR relative, plus one float rounding per probability), with room to spare. */
 #define FAST_MARGIN 1e-6
 
+#define HIST_BINS 4096
+#define HIST_MIN_BLOCKS 64 /* blocks within 6 of the maximum from which the histogram beats the sorted bands */
+
+/* The scalar references; the AVX2 + FMA variants (call only when kiln_cpu_has_avx2()) and the AVX-512 ones
+ * (kiln_cpu_level() >= KILN_CPU_AVX512) return the same values bit for bit for logits without NaN, but for
+ * exp_sum_fast's (within its bound of the exact sum). */
 void sample_block_max_ref(const float *x, int nblk, float *bm);
-double sample_exp_sum_ref(const float *x, int n, float m, float temp);
-/* AVX2 + FMA variants (call only when kiln_cpu_has_avx2()): block_max is exact; exp_sum's terms are glibc's
- * expf bit for bit (only the order of the double additions differs). */
+double sample_exp_sum_ref(const float *x, int nblk, float m, float temp, double z);
+double sample_hist_block_ref(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                             uint16_t *bin, double z);
+int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
-double sample_exp_sum_avx2(const float *x, int n, float m, float temp);
-double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp);
-void sample_hist_terms_ref(const float *x, int n, float m, float temp, float *e1, float *et);
-void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et);
-/* The AVX2 kernels when the CPU has them and KILN_NO_SIMD is unset, else the references. */
+double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double z);
+double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z);
+double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                              uint16_t *bin, double z);
+int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
+double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z);
+double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1,
+                                float *et, uint16_t *bin, double z);
+int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
+/* The best kernels of the CPU's level (kiln_cpu_level: KILN_CPU_LEVEL, KILN_NO_SIMD lower it). */
 sample_kernels sample_kernels_select(void);
 
 /* ---- the view of one call's penalized logits (sample_view.c) ---- */
@@ -97,7 +118,7 @@ static inline int sample_view_block_len(const sample_view *v, int b) {
 float sample_view_logit(const sample_view *v, int32_t id);
 /* The lowest id holding the maximum. */
 int32_t sample_view_argmax(const sample_view *v);
-/* Sum over every id of expf((logit - max) / temp), with fn (k->exp_sum or k->exp_sum_fast). */
+/* Sum over every id of expf((logit - max) / temp), with fn (k->exp_sum or k->exp_sum_fast), block after block. */
 double sample_view_exp_sum(const sample_view *v, sample_exp_sum_fn fn, float temp);
 /* Appends to out, in ascending id order, the candidates with lo <= logit < hi (first: lo <= logit, +inf
  * included); returns their count. Visits only the blocks whose maximum is >= lo. */
@@ -161,15 +182,19 @@ static inline float sample_min_p_floor(float max, float min_p) {
     return max + logf(min_p) - (1e-3f + 1e-5f * fabsf(max));
 }
 
-#define HIST_BINS 4096
-#define HIST_MIN_BLOCKS 64 /* blocks within 6 of the maximum from which the histogram beats the sorted bands */
+#define HIST_MAX_GATHER 8 /* bins one call may gather the members of; one more and it gives up (-1) */
+
+typedef struct hist_gathered { int kb, off, n; } hist_gathered; /* bin kb's members: ord[off .. off + n) */
 
 typedef struct sample_hist {
-    uint32_t *start;  /* HIST_BINS + 1: the bins' offsets in ord */
-    uint32_t *pos;    /* HIST_BINS: the second pass's cursors */
-    double *h1, *ht;  /* HIST_BINS: per bin the sums of the terms at temperature 1 and at the temperature */
+    uint32_t *count;  /* HIST_BINS + 1: per bin its candidates (the last: the ids below lo, none) */
+    double *h1, *ht;  /* HIST_BINS + 1: per bin the sums of the terms at temperature 1 and at the temperature */
     const double *tsum; /* the call's sums at the temperature: ht, or h1 at temperature 1 */
-    cand *ord;        /* n_vocab: the candidates in bin order */
+    uint16_t *bin;    /* nb * SAMPLE_BLOCK: each id's bin (HIST_BINS below lo) */
+    int32_t *ids;     /* nb * SAMPLE_BLOCK + 16: one bin's ids as bin_find gives them */
+    cand *ord;        /* n_vocab: the gathered bins' members, a run per bin */
+    int n_gathered, n_ord;
+    hist_gathered gathered[HIST_MAX_GATHER]; /* the call's gathered bins */
 } sample_hist;
 
 int sample_hist_init(sample_hist *h, int n_vocab);
@@ -178,10 +203,11 @@ void sample_hist_free(sample_hist *h);
 bool sample_hist_wanted(const sample_view *v);
 /* top-k off, top-p and / or min-p: the id that sample.c's sorted walk (cut_walk with the exact normalizer z at
  * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision comes within
- * HIST_MARGIN of its boundary or the walk would reach candidates below where expf underflows. tmp: the sort's
- * scratch (2 n_vocab). */
+ * HIST_MARGIN of its boundary, the walk would reach candidates below where expf underflows, or more than
+ * HIST_MAX_GATHER bins would be walked. *z: that normalizer (sample_view_exp_sum's with k->exp_sum bit for bit),
+ * set whatever the return. tmp: the sort's scratch (2 n_vocab). */
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
-                        double z, double r, uint64_t *tmp);
+                        double r, uint64_t *tmp, double *z);
 /* top-k off, no cut: the id that sample.c's all_walk (with the exact normalizer at the temperature) draws with
  * uniform r, or -1 as above. */
 int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,

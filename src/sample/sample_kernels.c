@@ -1,5 +1,5 @@
 /* sample_kernels.c — scalar reference kernels of the sampler's passes over the logits, and the run-time
- * choice between them and their AVX2 variants (sample_kernels_avx2.c). */
+ * choice between them and their AVX2 / AVX-512 variants (sample_kernels_avx2.c, sample_kernels_avx512.c). */
 #include <math.h>
 
 #include "base/env.h"
@@ -15,24 +15,58 @@ void sample_block_max_ref(const float *x, int nblk, float *bm) {
     }
 }
 
-double sample_exp_sum_ref(const float *x, int n, float m, float temp) {
-    double z = 0.0;
-    for (int i = 0; i < n; i++) z += (double)expf((x[i] - m) / temp);
+/* One block's terms t[0..64) summed in SAMPLE_SUM_ORDER. */
+static double block_sum_ordered(const double *t) {
+    double l[8] = {0};
+    for (int i = 0; i < SAMPLE_BLOCK; i += 8)
+        for (int j = 0; j < 8; j++) l[j] += t[i + j];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+double sample_exp_sum_ref(const float *x, int nblk, float m, float temp, double z) {
+    double t[SAMPLE_BLOCK];
+    for (int b = 0; b < nblk; b++, x += SAMPLE_BLOCK) {
+        for (int j = 0; j < SAMPLE_BLOCK; j++) t[j] = (double)expf((x[j] - m) / temp);
+        z += block_sum_ordered(t);
+    }
     return z;
 }
 
-void sample_hist_terms_ref(const float *x, int n, float m, float temp, float *e1, float *et) {
-    for (int i = 0; i < n; i++) e1[i] = expf(x[i] - m), et[i] = expf((x[i] - m) / temp);
+double sample_hist_block_ref(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                             uint16_t *bin, double z) {
+    double t[SAMPLE_BLOCK];
+    for (int j = 0; j < SAMPLE_BLOCK; j++) {
+        e1[j] = expf(x[j] - m);
+        et[j] = expf((x[j] - m) / temp);
+        t[j] = (double)e1[j];
+        const float d = (m - x[j]) * scale;
+        bin[j] = !(x[j] >= lo) ? HIST_BINS : d < (float)HIST_BINS ? (uint16_t)d : HIST_BINS - 1;
+    }
+    return z + block_sum_ordered(t);
+}
+
+int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        if (bin[i] == kb) ids[c++] = i;
+    return c;
 }
 
 sample_kernels sample_kernels_select(void) {
-    sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref, sample_hist_terms_ref};
-#if KILN_X86 /* the AVX2 kernels exist only there */
+    sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref, sample_hist_block_ref,
+                        sample_bin_find_ref};
+#if KILN_X86 /* the AVX2 and AVX-512 kernels exist only there */
     if (kiln_cpu_level() >= KILN_CPU_AVX2) {
         k.block_max = sample_block_max_avx2;
         k.exp_sum = sample_exp_sum_avx2;
         k.exp_sum_fast = sample_exp_sum_fast_avx2;
-        k.hist_terms = sample_hist_terms_avx2;
+        k.hist_block = sample_hist_block_avx2;
+        k.bin_find = sample_bin_find_avx2;
+    }
+    if (kiln_cpu_level() >= KILN_CPU_AVX512) { /* the fast sum stays AVX2's */
+        k.exp_sum = sample_exp_sum_avx512;
+        k.hist_block = sample_hist_block_avx512;
+        k.bin_find = sample_bin_find_avx512;
     }
 #endif
     return k;

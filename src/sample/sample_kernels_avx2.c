@@ -1,8 +1,8 @@
 /* sample_kernels_avx2.c — AVX2 + FMA variants of the sampler's kernels (8 logits per step): the block
- * maxima and two sums of exponentials: the exact one, whose terms are bit for bit glibc's expf (its
- * algorithm in 4 double lanes; the sum differs from the scalar reference only in the order of the double
- * additions), and a fast one whose terms are within 3e-7 of expf (a float polynomial); and the histogram's
- * terms (glibc's expf bit for bit too).
+ * maxima; two sums of exponentials: the exact one, whose terms are bit for bit glibc's expf (its algorithm
+ * in 4 double lanes) summed in SAMPLE_SUM_ORDER (so equal to the scalar reference's double), and a fast one
+ * whose terms are within 3e-7 of expf (a float polynomial); the histogram's block (its terms, bins and exact
+ * sum) and the search of one bin's members.
  * Compiled with -mavx2 -mfma; called only when the CPU has them. */
 #include "sample/sample_internal.h"
 
@@ -64,22 +64,32 @@ static inline __m128 expf4(__m128 x) {
     return _mm_andnot_ps(under, _mm256_cvtpd_ps(y));
 }
 
-/* Sum of expf((x - m) / temp) over 8 logits per step, two double accumulators. */
-double sample_exp_sum_avx2(const float *x, int n, float m, float temp) {
+/* The block sum of SAMPLE_SUM_ORDER from lanes 0-3 (a) and 4-7 (b): ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+ * (l3 + l7)). */
+static inline double block_sum(__m256d a, __m256d b) {
+    a = _mm256_add_pd(a, b);
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+static inline __m256 expf8(__m256 v) {
+    return _mm256_set_m128(expf4(_mm256_extractf128_ps(v, 1)), expf4(_mm256_castps256_ps128(v)));
+}
+
+double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double z) {
     const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp);
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    int i = 0;
     const int div = temp != 1.0f; /* x / 1 is x: skip the division */
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
-        if (div) v = _mm256_div_ps(v, vt);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(expf4(_mm256_castps256_ps128(v))));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(expf4(_mm256_extractf128_ps(v, 1))));
+    for (int b = 0; b < nblk; b++, x += SAMPLE_BLOCK) {
+        __m256d a = _mm256_setzero_pd(), c = _mm256_setzero_pd();
+        for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+            __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vm);
+            if (div) v = _mm256_div_ps(v, vt);
+            const __m256 y = expf8(v);
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+            c = _mm256_add_pd(c, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+        }
+        z += block_sum(a, c);
     }
-    a0 = _mm256_add_pd(a0, a1);
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
-    double z = _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-    for (; i < n; i++) z += (double)expf((x[i] - m) / temp);
     return z;
 }
 
@@ -104,42 +114,72 @@ static inline __m256 exp8_fast(__m256 x) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp) {
+double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z) {
     const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp);
     const int div = temp != 1.0f;
     __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (int i = 0; i < nblk * SAMPLE_BLOCK; i += 8) {
         __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
         if (div) v = _mm256_div_ps(v, vt);
         const __m256 y = exp8_fast(v);
         a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
     }
-    a0 = _mm256_add_pd(a0, a1);
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
-    double z = _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-    for (; i < n; i++) z += (double)expf((x[i] - m) / temp);
-    return z;
+    return z + block_sum(a0, a1);
 }
-void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et) {
-    const __m128 vm = _mm_set1_ps(m), vt = _mm_set1_ps(temp);
+
+double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                              uint16_t *bin, double z) {
+    const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp), vlo = _mm256_set1_ps(lo);
+    const __m256 vs = _mm256_set1_ps(scale), top = _mm256_set1_ps((float)(HIST_BINS - 1));
+    const __m256i dump = _mm256_set1_epi32(HIST_BINS);
     const int div = temp != 1.0f;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const __m128 d = _mm_sub_ps(_mm_loadu_ps(x + i), vm);
-        const __m128 y1 = expf4(d);
-        _mm_storeu_ps(e1 + i, y1);
-        _mm_storeu_ps(et + i, div ? expf4(_mm_div_ps(d, vt)) : y1);
+    __m256d a = _mm256_setzero_pd(), c = _mm256_setzero_pd();
+    for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + j), d = _mm256_sub_ps(xv, vm);
+        const __m256 y = expf8(d);
+        _mm256_storeu_ps(e1 + j, y);
+        _mm256_storeu_ps(et + j, div ? expf8(_mm256_div_ps(d, vt)) : y);
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+        c = _mm256_add_pd(c, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+        /* (m - x) * scale, at most HIST_BINS - 1, truncated; HIST_BINS where !(x >= lo) */
+        const __m256 t = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(vm, xv), vs), top);
+        const __m256 keep = _mm256_cmp_ps(xv, vlo, _CMP_GE_OQ);
+        const __m256i k = _mm256_blendv_epi8(dump, _mm256_cvttps_epi32(t), _mm256_castps_si256(keep));
+        _mm_storeu_si128((__m128i *)(bin + j),
+                         _mm_packus_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1)));
     }
-    sample_hist_terms_ref(x + i, n - i, m, temp, e1 + i, et + i);
+    return z + block_sum(a, c);
+}
+
+int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
+    const __m256i key = _mm256_set1_epi16((short)kb);
+    int c = 0;
+    for (int i = 0; i < n; i += 32) {
+        const __m256i q0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(bin + i)), key);
+        const __m256i q1 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(bin + i + 16)), key);
+        if (_mm256_testz_si256(_mm256_or_si256(q0, q1), _mm256_or_si256(q0, q1))) continue;
+        /* two mask bits per element: keep the even ones */
+        uint64_t mm = ((uint64_t)(uint32_t)_mm256_movemask_epi8(q1) << 32 | (uint32_t)_mm256_movemask_epi8(q0)) &
+                      0x5555555555555555ull;
+        for (; mm; mm &= mm - 1) ids[c++] = i + __builtin_ctzll(mm) / 2;
+    }
+    return c;
 }
 #else
 /* Built without the ISA flags: never selected, but kept linkable. */
-void sample_hist_terms_avx2(const float *x, int n, float m, float temp, float *e1, float *et) {
-    sample_hist_terms_ref(x, n, m, temp, e1, et);
-}
 void sample_block_max_avx2(const float *x, int nblk, float *bm) { sample_block_max_ref(x, nblk, bm); }
-double sample_exp_sum_avx2(const float *x, int n, float m, float temp) { return sample_exp_sum_ref(x, n, m, temp); }
-double sample_exp_sum_fast_avx2(const float *x, int n, float m, float temp) { return sample_exp_sum_ref(x, n, m, temp); }
+double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double z) {
+    return sample_exp_sum_ref(x, nblk, m, temp, z);
+}
+double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z) {
+    return sample_exp_sum_ref(x, nblk, m, temp, z);
+}
+double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                              uint16_t *bin, double z) {
+    return sample_hist_block_ref(x, m, temp, lo, scale, e1, et, bin, z);
+}
+int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
+    return sample_bin_find_ref(bin, n, kb, ids);
+}
 #endif

@@ -76,13 +76,13 @@ double sample_view_exp_sum(const sample_view *v, sample_exp_sum_fn fn, float tem
     double z = 0.0;
     for (int b = 0; b < v->nb;) {
         if (v->slot[b] >= 0) {
-            z += fn(sample_view_block(v, b), SAMPLE_BLOCK, v->max, temp);
+            z = fn(sample_view_block(v, b), 1, v->max, temp, z);
             b++;
             continue;
         }
         int e = b + 1;
         while (e < v->nb && v->slot[e] < 0) e++;
-        z += fn(v->logits + (size_t)b * SAMPLE_BLOCK, (e - b) * SAMPLE_BLOCK, v->max, temp);
+        z = fn(v->logits + (size_t)b * SAMPLE_BLOCK, e - b, v->max, temp, z);
         b = e;
     }
     return z;

@@ -1,0 +1,123 @@
+/* sample_kernels_avx512.c — AVX-512 variants of the sampler's exact kernels: the sum of exponentials and the
+ * histogram's block, whose terms are glibc's expf bit for bit (its algorithm in 8 double lanes, the table of
+ * 2^(k/32) looked up by two permutes instead of a gather) and whose sums follow SAMPLE_SUM_ORDER, so that they
+ * return the scalar reference's values bit for bit; and the search of one bin's members (compressing the
+ * matches' indices). The fast sum stays AVX2's.
+ * Compiled with the AVX-512 flags (Makefile AVX512_FLAGS); called only at that CPU level. */
+#include "sample/sample_internal.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+
+/* 2^(k/32), k = 0..31, as glibc's expf holds them (the same table as sample_kernels_avx2.c's) */
+static const uint64_t exp2f_tab[32] __attribute__((aligned(64))) = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+
+/* glibc's expf of 8 floats in 8 double lanes: the same float as libm's for x <= 88 (0 below -103.97). */
+static inline __m256 expf8(__m256 x) {
+    const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+    const __mmask8 under = _mm256_cmp_ps_mask(x, _mm256_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ); /* also -inf */
+    x = _mm256_max_ps(x, _mm256_set1_ps(-110.0f));
+    const __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(0x1.71547652b82fep+0 * 32));
+    __m512d kd = _mm512_add_pd(z, shift);
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, shift);
+    const __m512d r = _mm512_sub_pd(z, kd);
+    /* T[ki % 32]: entries 0..15 and 16..31 by index bits 0..3, then bit 4 picks */
+    const __m512i *tab = (const __m512i *)exp2f_tab;
+    const __m512i lo = _mm512_permutex2var_epi64(_mm512_load_si512(tab), ki, _mm512_load_si512(tab + 1));
+    const __m512i hi = _mm512_permutex2var_epi64(_mm512_load_si512(tab + 2), ki, _mm512_load_si512(tab + 3));
+    __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
+    const __m512d c0 = _mm512_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32);
+    const __m512d c1 = _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32);
+    const __m512d c2 = _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32);
+    const __m512d zz = _mm512_fmadd_pd(c0, r, c1);
+    __m512d y = _mm512_fmadd_pd(c2, r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(zz, _mm512_mul_pd(r, r), y);
+    y = _mm512_mul_pd(y, _mm512_castsi512_pd(t));
+    return _mm256_maskz_mov_ps((__mmask8)~under, _mm512_cvtpd_ps(y));
+}
+
+/* The block sum of SAMPLE_SUM_ORDER from the 8 lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
+static inline double block_sum(__m512d a) {
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(a), _mm512_extractf64x4_pd(a, 1));
+    const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z) {
+    const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp);
+    const int div = temp != 1.0f; /* x / 1 is x: skip the division */
+    for (int b = 0; b < nblk; b++, x += SAMPLE_BLOCK) {
+        __m512d a = _mm512_setzero_pd();
+        for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+            __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vm);
+            if (div) v = _mm256_div_ps(v, vt);
+            a = _mm512_add_pd(a, _mm512_cvtps_pd(expf8(v)));
+        }
+        z += block_sum(a);
+    }
+    return z;
+}
+
+double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                                uint16_t *bin, double z) {
+    const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp), vlo = _mm256_set1_ps(lo);
+    const __m256 vs = _mm256_set1_ps(scale), top = _mm256_set1_ps((float)(HIST_BINS - 1));
+    const __m256i dump = _mm256_set1_epi32(HIST_BINS);
+    const int div = temp != 1.0f;
+    __m512d a = _mm512_setzero_pd();
+    for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + j), d = _mm256_sub_ps(xv, vm);
+        const __m256 y = expf8(d);
+        _mm256_storeu_ps(e1 + j, y);
+        _mm256_storeu_ps(et + j, div ? expf8(_mm256_div_ps(d, vt)) : y);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(y));
+        /* (m - x) * scale, at most HIST_BINS - 1, truncated; HIST_BINS where !(x >= lo) */
+        const __m256 t = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(vm, xv), vs), top);
+        const __mmask8 keep = _mm256_cmp_ps_mask(xv, vlo, _CMP_GE_OQ);
+        const __m256i k = _mm256_mask_blend_epi32(keep, dump, _mm256_cvttps_epi32(t));
+        _mm_storeu_si128((__m128i *)(bin + j), _mm256_cvtepi32_epi16(k));
+    }
+    return z + block_sum(a);
+}
+int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
+    const __m512i key = _mm512_set1_epi16((short)kb), step = _mm512_set1_epi32(16);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int c = 0;
+    for (int i = 0; i < n; i += 32) {
+        const __mmask32 q = _mm512_cmpeq_epu16_mask(_mm512_loadu_si512(bin + i), key);
+        /* the matches' indices compressed in a register, then stored whole (ids has room for 16 past n) */
+        if (q) {
+            const __mmask16 q0 = (__mmask16)q, q1 = (__mmask16)(q >> 16);
+            _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(q0, idx));
+            c += __builtin_popcount(q0);
+            _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(q1, _mm512_add_epi32(idx, step)));
+            c += __builtin_popcount(q1);
+        }
+        idx = _mm512_add_epi32(idx, _mm512_add_epi32(step, step));
+    }
+    return c;
+}
+#else
+/* Built without the ISA flags: never selected, but kept linkable. */
+double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z) {
+    return sample_exp_sum_ref(x, nblk, m, temp, z);
+}
+double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
+                                uint16_t *bin, double z) {
+    return sample_hist_block_ref(x, m, temp, lo, scale, e1, et, bin, z);
+}
+int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
+    return sample_bin_find_ref(bin, n, kb, ids);
+}
+#endif
