@@ -101,6 +101,57 @@ TEST(batch_mixed_prefill_decode_logits_bit_identical_to_alone) {
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) mixed_batch_equals_alone(MODELS[i]);
 }
 
+/* Sampled rows drawn on the host (the CPU backend's pool, when their samplers are distinct) give the ids that
+ * kiln_sample gives drawing the same rows' logits one after the other in row order: 12 steps of four
+ * sequences in two sessions, KILN_OUT_SAMPLE rows in one, logits rows sampled by the test in the other; the
+ * rows mix in an argmax row (so a draw must find its own output's logits), and in the second half sequences 0
+ * and 1 share one sampler (drawn in turn from its one RNG). */
+TEST(batch_host_sampled_rows_equal_draws_in_turn) {
+    kiln_model *m;
+    REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
+    const kiln_session_options o = {.n_ctx = 64, .n_threads = 2, .n_seq = NSEQ, .device = KILN_DEVICE_CPU};
+    kiln_session *s[2];
+    kiln_sampler *smp[2][NSEQ];
+    kiln_sampler_params p = kiln_sampler_defaults();
+    p.top_k = 0, p.temperature = 1.1f, p.top_p = 0.97f, p.min_p = 0.0f;
+    for (int side = 0; side < 2; side++) {
+        REQUIRE_OK(kiln_session_open(m, &o, &s[side]));
+        for (int q = 0; q < NSEQ; q++) {
+            p.seed = 100 + (uint64_t)q;
+            REQUIRE_OK(kiln_sampler_open(&p, m->hp.n_vocab, &smp[side][q]));
+        }
+    }
+    int32_t tok[2][NSEQ] = {{1, 1, 1, 1}, {1, 1, 1, 1}};
+    int differ = 0;
+    for (int step = 0; step < 12; step++) {
+        for (int side = 0; side < 2; side++) {
+            kiln_batch_row rows[NSEQ];
+            kiln_sampler *use[NSEQ];
+            for (int q = 0; q < NSEQ; q++) {
+                use[q] = smp[side][step >= 6 && q == 1 ? 0 : q];
+                const int kind = q == 1 && step < 6 ? KILN_OUT_ARGMAX : side == 0 ? KILN_OUT_SAMPLE : KILN_OUT_LOGITS;
+                rows[q] = (kiln_batch_row){.seq = q, .id = tok[side][q], .out = kind, .sampler = use[q]};
+            }
+            kiln_batch_output out[NSEQ];
+            size_t n_out = 0;
+            REQUIRE_OK(kiln_batch(s[side], rows, NSEQ, out, NSEQ, &n_out));
+            REQUIRE(n_out == NSEQ);
+            for (int k = 0; k < NSEQ; k++) {
+                const int q = rows[out[k].row].seq;
+                if (side == 1 && rows[out[k].row].out == KILN_OUT_LOGITS) out[k].id = kiln_sample(use[q], out[k].logits);
+                tok[side][q] = out[k].id;
+            }
+        }
+        for (int q = 0; q < NSEQ; q++) differ += tok[0][q] != tok[1][q];
+    }
+    CHECKF(differ == 0, "%d of %d host-sampled ids differ from draws in turn", differ, 12 * NSEQ);
+    for (int side = 0; side < 2; side++) {
+        for (int q = 0; q < NSEQ; q++) kiln_sampler_close(smp[side][q]);
+        kiln_session_close(s[side]);
+    }
+    kiln_model_close(m);
+}
+
 /* Four text prompts decoded greedily in one batch give each prompt's ids alone; the "Once upon a time"
  * one also equals llama.cpp's greedy ids for it. */
 TEST(batch_greedy_four_prompts_equal_each_alone_and_llamacpp) {

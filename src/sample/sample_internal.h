@@ -187,9 +187,10 @@ static inline float sample_min_p_floor(float max, float min_p) {
 typedef struct hist_gathered { int kb, off, n; } hist_gathered; /* bin kb's members: ord[off .. off + n) */
 
 typedef struct sample_hist {
-    uint32_t *count;  /* HIST_BINS + 1: per bin its candidates (the last: the ids below lo, none) */
-    double *h1, *ht;  /* HIST_BINS + 1: per bin the sums of the terms at temperature 1 and at the temperature */
-    const double *tsum; /* the call's sums at the temperature: ht, or h1 at temperature 1 */
+    double *sums;     /* 2 (HIST_BINS + 1): per bin the sums of its terms at temperature 1 and at the call's
+                       * temperature, side by side (the last bin: the ids below lo) */
+    int at_temp;      /* 1: the call's sums at the temperature are sums[2 kb + 1]; 0: its temperature is 1 */
+    float lo, scale;  /* the call's bins: bin = (max - logit) * scale from lo up */
     uint16_t *bin;    /* nb * SAMPLE_BLOCK: each id's bin (HIST_BINS below lo) */
     int32_t *ids;     /* nb * SAMPLE_BLOCK + 16: one bin's ids as bin_find gives them */
     cand *ord;        /* n_vocab: the gathered bins' members, a run per bin */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kiln.h"
+#include "base/pool.h"
 #include "base/timing.h"
 #include "model/model.h"
 #include "sample/sample_spec.h"
@@ -62,6 +63,9 @@ typedef struct kiln_backend_ops {
     void (*reset)(void *state, int seq);
     /* Bytes of KV cache per sequence. */
     uint64_t (*kv_bytes_per_seq)(const void *state);
+    /* The backend's thread pool, idle between forwards, for the session's host work on a call's outputs
+     * (kiln_sample over its rows); NULL (or no hook): that work runs on the caller's thread alone. */
+    kiln_pool *(*pool)(void *state);
     void (*close)(void *state);
 } kiln_backend_ops;
 

@@ -3,8 +3,9 @@
  * rewind, n_past) and the single-sequence calls (kiln_prefill, kiln_decode, kiln_decode_greedy, ...) as
  * the sequence-0 case. A call is checked whole before the backend runs, and positions are committed only
  * after it succeeded, so a failed call changes nothing for any sequence. KILN_OUT_SAMPLE rows go to a backend
- * that samples (ops->samples) as specs (sample_spec.h), else they are logits rows sampled here with kiln_sample;
- * a failed forward gives the specs' draws back to their samplers.
+ * that samples (ops->samples) as specs (sample_spec.h), else they are logits rows sampled here with kiln_sample
+ * (on the backend's threads, ops->pool, when their samplers are distinct); a failed forward gives the specs'
+ * draws back to their samplers.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -81,10 +82,40 @@ static void undo_samples(kiln_session *s, int n_out) {
         if (s->spec_smp[k]) kiln_sampler_spec_undo(s->spec_smp[k], s->spec_rng[k]);
 }
 
+/* The host-sampled outputs of a call (s->host_k), drawn on the backend's threads. */
+typedef struct host_draws {
+    kiln_session *s;
+    const kiln_batch_row *rows;
+    kiln_batch_output *out;
+} host_draws;
+
+static void draw_range(void *ctx, int lo, int hi, int ith) {
+    (void)ith;
+    const host_draws *d = ctx;
+    const size_t V = (size_t)d->s->model->hp.n_vocab;
+    for (int q = lo; q < hi; q++) {
+        kiln_batch_output *o = &d->out[d->s->host_k[q]];
+        o->id = kiln_sample(d->rows[o->row].sampler, d->s->logits + (size_t)d->s->host_k[q] * V);
+    }
+}
+
+/* Draws the nh host-sampled outputs: on the backend's pool when their samplers are distinct (each draw then
+ * touches only its own sampler, so the ids are those of draws one after the other), else in row order on the
+ * caller (rows that share a sampler draw in turn from its one RNG). */
+static void draw_on_host(kiln_session *s, const kiln_batch_row *rows, kiln_batch_output *out, int nh) {
+    host_draws d = {s, rows, out};
+    kiln_pool *pool = nh > 1 && s->ops->pool ? s->ops->pool(s->state) : NULL;
+    for (int a = 0; pool && a < nh; a++)
+        for (int b = a + 1; pool && b < nh; b++)
+            if (rows[out[s->host_k[a]].row].sampler == rows[out[s->host_k[b]].row].sampler) pool = NULL;
+    if (pool) kiln_pool_for(pool, nh, 1, draw_range, &d);
+    else draw_range(&d, 0, nh, 0);
+}
+
 /* After a successful forward: positions, counters and the outputs. */
 static void commit(kiln_session *s, const kiln_batch_row *rows, size_t n, kiln_batch_output *out) {
     const int V = s->model->hp.n_vocab;
-    int k = 0;
+    int k = 0, nh = 0;
     for (size_t i = 0; i < n; i++) {
         const int seq = rows[i].seq;
         s->n_past[seq] = s->brows[i].pos + 1;
@@ -94,10 +125,12 @@ static void commit(kiln_session *s, const kiln_batch_row *rows, size_t n, kiln_b
         const float *lg = s->logits + (size_t)k * V;
         out[k].row = (int32_t)i;
         const bool on_host = rows[i].out == KILN_OUT_SAMPLE && s->brows[i].out != KILN_BK_OUT_SAMPLE;
-        out[k].id = on_host ? kiln_sample(rows[i].sampler, lg) : s->argmax[k];
+        if (on_host) s->host_k[nh++] = k;
+        else out[k].id = s->argmax[k];
         out[k].logits = rows[i].out == KILN_OUT_LOGITS ? lg : NULL;
         k++;
     }
+    if (nh) draw_on_host(s, rows, out, nh);
 }
 
 kiln_status kiln_session_run(kiln_session *s, const kiln_batch_row *rows, size_t n, kiln_batch_output *out,

@@ -125,10 +125,11 @@ static kiln_status alloc_buffers(kiln_session *s) {
     s->specs = kiln_calloc(O, sizeof(kiln_sample_spec));
     s->spec_smp = kiln_calloc(O, sizeof(kiln_sampler *));
     s->spec_rng = kiln_calloc(O, sizeof(uint64_t));
+    s->host_k = kiln_calloc(O, sizeof(int));
     s->n_past = kiln_calloc(N, sizeof(int));
     s->pending = kiln_calloc(N, sizeof(int));
     if (!s->logits || !s->argmax || !s->outs || !s->brows || !s->chunk || !s->n_past || !s->pending ||
-        !s->specs || !s->spec_smp || !s->spec_rng)
+        !s->specs || !s->spec_smp || !s->spec_rng || !s->host_k)
         return kiln_fail(KILN_ERR_NOMEM, "kiln_session_open: out of memory for the session's buffers");
     return KILN_OK;
 }
@@ -191,6 +192,7 @@ void kiln_session_close(kiln_session *s) {
     kiln_free(s->specs);
     kiln_free(s->spec_smp);
     kiln_free(s->spec_rng);
+    kiln_free(s->host_k);
     kiln_free(s->n_past);
     kiln_free(s->pending);
     kiln_free(s);

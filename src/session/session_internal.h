@@ -22,6 +22,7 @@ struct kiln_session {
     kiln_sample_spec *specs;   /* max_out: the specs of the rows the backend samples (ops->samples) */
     kiln_sampler **spec_smp;   /* max_out: their samplers (NULL: sampled on the host), for the undo */
     uint64_t *spec_rng;        /* max_out: each sampler's RNG before its spec's draw */
+    int *host_k;               /* max_out: the outputs of the call being committed that kiln_sample draws */
     int *n_past;               /* n_seq */
     int *pending;              /* n_seq: rows of each sequence in the call being checked */
     uint64_t kv_bytes_per_seq;

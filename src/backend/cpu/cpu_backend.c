@@ -341,11 +341,14 @@ static uint64_t cpu_kv_bytes_per_seq(const void *state) {
     return (uint64_t)s->kv_per_seq * 2 * sizeof(uint16_t);
 }
 
+static kiln_pool *cpu_pool(void *state) { return ((cpu_state *)state)->pool; }
+
 const kiln_backend_ops kiln_backend_cpu = {
     .name = "cpu",
     .open = cpu_open,
     .forward = cpu_forward,
     .reset = cpu_reset,
     .kv_bytes_per_seq = cpu_kv_bytes_per_seq,
+    .pool = cpu_pool,
     .close = cpu_close,
 };
