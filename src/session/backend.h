@@ -63,10 +63,11 @@ typedef struct kiln_backend_ops {
     void (*reset)(void *state, int seq);
     /* Bytes of KV cache per sequence. */
     uint64_t (*kv_bytes_per_seq)(const void *state);
-    /* The backend's thread pool, idle between forwards, for the session's host work on a call's outputs
-     * (kiln_sample over its rows); NULL (or no hook): that work runs on the caller's thread alone. */
-    kiln_pool *(*pool)(void *state);
     void (*close)(void *state);
+    /* The backend's thread pool, idle between forwards, for the session's host work on a call's outputs
+     * (kiln_sample over its rows); NULL (or no hook): that work runs on the caller's thread alone. Last, so
+     * that a table initialized in order (the CUDA backend's, C++) may leave it out. */
+    kiln_pool *(*pool)(void *state);
 } kiln_backend_ops;
 
 extern const kiln_backend_ops kiln_backend_cpu;

@@ -68,9 +68,11 @@ $(CUDA_STAMP):
 	@rm -f build/cuda/flags.*
 	@touch $@
 
+# every header a .cu includes is a prerequisite too (nvcc -MMD: the .d beside the object)
 build/cuda/%.o: %.cu $(wildcard src/backend/cuda/*.cuh) $(wildcard src/backend/cuda/*.h) $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+-include $(CU_SRC:%.cu=build/cuda/%.d)
 
 # ---- GPU tests: the same tests/*.c without ASan (the CUDA driver and ASan do not mix)
 # CUPTI for the first-call gates counted from outside kiln (tests/cuda/cupti_gate.c, tests/test_cuda_gates.c):
