@@ -55,6 +55,15 @@ typedef struct sample_kernels {
     sample_bin_find_fn bin_find;
 } sample_kernels;
 
+/* glibc's expf (Arm optimized-routines), which the SIMD kernels compute bit for bit: x * 32 / ln 2 in double
+ * rounded to k, 2^(k/32) from sample_exp2f_tab (64-byte aligned) times a cubic in the remainder, rounded to
+ * float. */
+extern const uint64_t sample_exp2f_tab[32];
+#define SAMPLE_EXPF_INV_LN2_N (0x1.71547652b82fep+0 * 32)
+#define SAMPLE_EXPF_C0 (0x1.c6af84b912394p-5 / 32 / 32 / 32)
+#define SAMPLE_EXPF_C1 (0x1.ebfce50fac4f3p-3 / 32 / 32)
+#define SAMPLE_EXPF_C2 (0x1.62e42ff0c52d6p-1 / 32)
+
 /* Relative error bound of exp_sum_fast's terms (so of its sum, which is >= 1 where the sampler uses it). */
 #define SAMPLE_FAST_EXP_ERR 3e-7
 /* A cumulative sum or a min-p ratio computed with the fast normalizer lies within this of the exact one

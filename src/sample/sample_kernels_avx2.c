@@ -30,33 +30,21 @@ void sample_block_max_avx2(const float *x, int nblk, float *bm) {
     }
 }
 
-/* glibc's expf (Arm optimized-routines: 2^(k/32) from a table times a cubic in double, rounded to float),
- * the FMA variant, 4 lanes: the same float as libm's expf for x <= 88 (0 below -103.97, as expf). */
-static const uint64_t exp2f_tab[32] = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
-};
-
+/* glibc's expf (sample_internal.h's table and constants), the FMA variant, 4 lanes: the same float as libm's
+ * expf for x <= 88 (0 below -103.97, as expf). */
 static inline __m128 expf4(__m128 x) {
     const __m256d shift = _mm256_set1_pd(0x1.8p+52);
     const __m128 under = _mm_cmplt_ps(x, _mm_set1_ps(-0x1.9fe368p6f)); /* also -inf */
     x = _mm_max_ps(x, _mm_set1_ps(-110.0f));
-    const __m256d z = _mm256_mul_pd(_mm256_cvtps_pd(x), _mm256_set1_pd(0x1.71547652b82fep+0 * 32));
+    const __m256d z = _mm256_mul_pd(_mm256_cvtps_pd(x), _mm256_set1_pd(SAMPLE_EXPF_INV_LN2_N));
     __m256d kd = _mm256_add_pd(z, shift);
     const __m256i ki = _mm256_castpd_si256(kd);
     kd = _mm256_sub_pd(kd, shift);
     const __m256d r = _mm256_sub_pd(z, kd);
-    __m256i t = _mm256_i64gather_epi64((const long long *)exp2f_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    __m256i t = _mm256_i64gather_epi64((const long long *)sample_exp2f_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
     t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
-    const __m256d c0 = _mm256_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32);
-    const __m256d c1 = _mm256_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32);
-    const __m256d c2 = _mm256_set1_pd(0x1.62e42ff0c52d6p-1 / 32);
+    const __m256d c0 = _mm256_set1_pd(SAMPLE_EXPF_C0), c1 = _mm256_set1_pd(SAMPLE_EXPF_C1);
+    const __m256d c2 = _mm256_set1_pd(SAMPLE_EXPF_C2);
     const __m256d zz = _mm256_fmadd_pd(c0, r, c1);
     __m256d y = _mm256_fmadd_pd(c2, r, _mm256_set1_pd(1.0));
     y = _mm256_fmadd_pd(zz, _mm256_mul_pd(r, r), y);

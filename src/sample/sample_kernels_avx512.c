@@ -9,37 +9,24 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
-/* 2^(k/32), k = 0..31, as glibc's expf holds them (the same table as sample_kernels_avx2.c's) */
-static const uint64_t exp2f_tab[32] __attribute__((aligned(64))) = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
-};
-
 /* glibc's expf of 8 floats in 8 double lanes: the same float as libm's for x <= 88 (0 below -103.97). */
 static inline __m256 expf8(__m256 x) {
     const __m512d shift = _mm512_set1_pd(0x1.8p+52);
     const __mmask8 under = _mm256_cmp_ps_mask(x, _mm256_set1_ps(-0x1.9fe368p6f), _CMP_LT_OQ); /* also -inf */
     x = _mm256_max_ps(x, _mm256_set1_ps(-110.0f));
-    const __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(0x1.71547652b82fep+0 * 32));
+    const __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(SAMPLE_EXPF_INV_LN2_N));
     __m512d kd = _mm512_add_pd(z, shift);
     const __m512i ki = _mm512_castpd_si512(kd);
     kd = _mm512_sub_pd(kd, shift);
     const __m512d r = _mm512_sub_pd(z, kd);
     /* T[ki % 32]: entries 0..15 and 16..31 by index bits 0..3, then bit 4 picks */
-    const __m512i *tab = (const __m512i *)exp2f_tab;
+    const __m512i *tab = (const __m512i *)sample_exp2f_tab;
     const __m512i lo = _mm512_permutex2var_epi64(_mm512_load_si512(tab), ki, _mm512_load_si512(tab + 1));
     const __m512i hi = _mm512_permutex2var_epi64(_mm512_load_si512(tab + 2), ki, _mm512_load_si512(tab + 3));
     __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
     t = _mm512_add_epi64(t, _mm512_slli_epi64(ki, 47));
-    const __m512d c0 = _mm512_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32);
-    const __m512d c1 = _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32);
-    const __m512d c2 = _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32);
+    const __m512d c0 = _mm512_set1_pd(SAMPLE_EXPF_C0), c1 = _mm512_set1_pd(SAMPLE_EXPF_C1);
+    const __m512d c2 = _mm512_set1_pd(SAMPLE_EXPF_C2);
     const __m512d zz = _mm512_fmadd_pd(c0, r, c1);
     __m512d y = _mm512_fmadd_pd(c2, r, _mm512_set1_pd(1.0));
     y = _mm512_fmadd_pd(zz, _mm512_mul_pd(r, r), y);
