@@ -1,7 +1,7 @@
 /*
  * sample_hist.c — top-k off over many candidates (a flat distribution: thousands of ids within reach of the
  * maximum) without sorting them. One pass over the logits puts every candidate that can matter into HIST_BINS
- * bins linear in the logit, from the lowest logit that can matter (min-p's floor, else where expf underflows)
+ * bins linear in the logit, from the lowest logit that can matter (min-p's floor, else HIST_SPAN below it)
  * to the maximum: per id its bin, per bin the sums of its terms (expf's, bit for bit) at
  * temperature 1 and at the sampling temperature; the same pass sums top-p's exact normalizer. Then min-p's
  * boundary, top-p's crossing and the draw's crossing each take whole the bins whose sums lie clearly before
@@ -9,7 +9,8 @@
  * (sample.c's cut_walk, draw and all_walk), only the few bins where they may fall. Each decision is the sorted
  * walk's (with the exact normalizer, whose p it computes bit for bit) wherever it lies further than HIST_MARGIN
  * from its boundary (the bins' sums differ from the walk's cumulative only by the float rounding of each
- * probability and the order of the additions); otherwise -1, and the caller walks sorted.
+ * probability and the order of the additions); nearer, the walk's cumulative is computed exactly (see "exact
+ * resolution" below); where even that cannot be had, -1, and the caller walks sorted.
  */
 #include <math.h>
 #include <string.h>

@@ -212,10 +212,10 @@ void sample_hist_free(sample_hist *h);
 /* Whether the view's candidates are spread enough (HIST_MIN_BLOCKS blocks near the maximum) for the histogram. */
 bool sample_hist_wanted(const sample_view *v);
 /* top-k off, top-p and / or min-p: the id that sample.c's sorted walk (cut_walk with the exact normalizer z at
- * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision comes within
- * HIST_MARGIN of its boundary, the walk would reach candidates below where expf underflows, or more than
- * HIST_MAX_GATHER bins would be walked. *z: that normalizer (sample_view_exp_sum's with k->exp_sum bit for bit),
- * set whatever the return. tmp: the sort's scratch (2 n_vocab). */
+ * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision within
+ * HIST_MARGIN of its boundary cannot be resolved exactly (a term below 2^-29), the walk would reach the ids below
+ * the bins, or more than HIST_MAX_GATHER bins would be walked. *z: that normalizer (sample_view_exp_sum's with
+ * k->exp_sum bit for bit), set whatever the return. tmp: the sort's scratch (2 n_vocab). */
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
                         double r, uint64_t *tmp, double *z);
 /* top-k off, no cut: the id that sample.c's all_walk (with the exact normalizer at the temperature) draws with
