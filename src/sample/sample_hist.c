@@ -230,6 +230,24 @@ static int exact_cut(sample_hist *h, const sample_view *v, const sample_kernels 
     return lo_is_floor ? 0 : -1;
 }
 
+/* Whether min-p passes every logit bin kb can hold by far: its lower edge's p clears the threshold with room. */
+static bool min_p_passes_bin(int kb, float max, float scale, double z, float thr) {
+    const float edge = max - ((float)kb + 1.01f) / scale;
+    return (float)(expf(edge - max) / z) >= thr * (1.0f + 4e-6f);
+}
+
+/* The bins min-p passes whole: min_p_passes_bin holds for kb below the result and for none from it (its edge
+ * falls with kb, and each step of the test is monotone), found by bisection instead of bin by bin. */
+static int min_p_whole_bins(float max, float scale, double z, float thr) {
+    int lo = 0, hi = HIST_BINS; /* passes below lo, fails from hi */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (min_p_passes_bin(mid, max, scale, z, thr)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* The cut: the bin `*last` and the number `*n_last` of its sorted members that the walk keeps (-1: all, the bin
  * taken whole; every member of the bins before it kept), as cut_walk with normalizer z decides; 0, or -1 when
  * the walk would go on below lo (lo not min-p's floor, where the walk ends), it would gather too many bins, or a
@@ -239,15 +257,12 @@ static int hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *
     const float max = v->max;
     const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
     const float thr = (float)(1.0 / z) * p->min_p; /* the maximum's p times min-p, as cut_walk's first candidate */
+    const int minp_whole = min_p ? min_p_whole_bins(max, scale, z, thr) : HIST_BINS;
     double cum = 0.0;
     for (int kb = 0; kb < HIST_BINS; kb++) {
         if (!bin_used(h, kb)) continue;
         /* whole: top-p not reached through this bin, and min-p passes its lowest possible logit by far */
-        bool whole = !top_p || cum + sum1(h, kb) / z < (double)p->top_p - HIST_MARGIN;
-        if (whole && min_p) {
-            const float edge = max - ((float)kb + 1.01f) / scale;
-            whole = (float)(expf(edge - max) / z) >= thr * (1.0f + 4e-6f);
-        }
+        const bool whole = (!top_p || cum + sum1(h, kb) / z < (double)p->top_p - HIST_MARGIN) && kb < minp_whole;
         *last = kb, *n_last = -1;
         if (whole) {
             cum += sum1(h, kb) / z;
