@@ -1144,8 +1144,16 @@ fail:
 
 /* Puts row r's sampling spec (or mode NONE) into h_spec[k]. */
 static void stage_spec(cuda_state *s, int k, const kiln_backend_row *r) {
-    if (r && r->out == KILN_BK_OUT_SAMPLE) s->h_spec[k] = *r->spec;
-    else s->h_spec[k].mode = KILN_SPEC_NONE;
+    if (!r || r->out != KILN_BK_OUT_SAMPLE) {
+        s->h_spec[k].mode = KILN_SPEC_NONE;
+        return;
+    }
+    /* the fields and the penalty entries in use only (the device reads no further): 2 KiB a row otherwise */
+    const kiln_sample_spec *sp = r->spec;
+    kiln_sample_spec *d = &s->h_spec[k];
+    memcpy(d, sp, offsetof(kiln_sample_spec, pen_id));
+    memcpy(d->pen_id, sp->pen_id, (size_t)sp->n_pen * sizeof sp->pen_id[0]);
+    memcpy(d->pen_count, sp->pen_count, (size_t)sp->n_pen * sizeof sp->pen_count[0]);
 }
 
 /* Whether the rows are a decode step: at most max_step rows, each of its own sequence. */
