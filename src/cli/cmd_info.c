@@ -78,8 +78,9 @@ int cmd_info(int argc, char **argv) {
 #endif
     printf("\n");
     /* the level the CPU kernels run at (KILN_CPU_LEVEL / KILN_NO_SIMD lower it) */
-    printf("cpu level: %s (best on this CPU: %s; KILN_CPU_LEVEL lowers it)\n", kiln_cpu_level_name(kiln_cpu_level()),
-           kiln_cpu_level_name(kiln_cpu_level_best()));
+    printf("cpu level: %s (best on this CPU: %s; KILN_CPU_LEVEL lowers it)%s\n", kiln_cpu_level_name(kiln_cpu_level()),
+           kiln_cpu_level_name(kiln_cpu_level_best()),
+           kiln_cpu_avx512_in_halves() ? "; 512-bit operations in 256-bit halves (Zen 4)" : "");
 
 #ifdef KILN_HAVE_CUDA
     printf("cuda:     built for %s\n", kiln_cuda_archs_built());

@@ -11,11 +11,26 @@
 #include "formats/formats.h"
 
 #if KILN_X86
+#include <cpuid.h>
+
 int kiln_cpu_has_avx512vnni(void) {
     __builtin_cpu_init();
     return kiln_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
+
+/* AMD family 19h with AVX-512 is Zen 4 (Zen 3, the same family, has none): 512-bit operations in two 256-bit
+ * halves. */
+static bool avx512_in_halves(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u; /* "AuthenticAMD" */
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = (eax >> 8) & 0xF, family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+    return family == 0x19 && kiln_cpu_has_avx512vnni();
+}
+#else
+static bool avx512_in_halves(void) { return false; }
 #endif
 
 static const char *const level_names[] = {"scalar", "neon", "avx2", "avx512"};
@@ -42,11 +57,13 @@ static bool level_allowed(kiln_isa_level want, kiln_isa_level best) {
 }
 
 static kiln_isa_level chosen;
+static bool halves;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
     const kiln_isa_level best = kiln_cpu_level_best();
     chosen = best;
+    halves = avx512_in_halves();
     if (kiln_env_no_simd()) {
         chosen = KILN_CPU_SCALAR;
         return;
@@ -65,4 +82,9 @@ static void choose(void) {
 kiln_isa_level kiln_cpu_level(void) {
     pthread_once(&chosen_once, choose);
     return chosen;
+}
+
+bool kiln_cpu_avx512_in_halves(void) {
+    pthread_once(&chosen_once, choose);
+    return halves;
 }

@@ -120,6 +120,9 @@ kiln_isa_level kiln_cpu_level_best(void);
 kiln_isa_level kiln_cpu_level(void);
 /* "scalar", "neon", "avx2", "avx512". */
 const char *kiln_cpu_level_name(kiln_isa_level level);
+/* True where the CPU runs 512-bit operations as two 256-bit halves (AMD Zen 4), which changes which of two
+ * bit-identical kernel shapes is faster (cpu_gemm_avx512.c); read once, like the level. */
+bool kiln_cpu_avx512_in_halves(void);
 
 /* KILN_NEON: the *_neon.c kernels exist only in aarch64 builds (NEON is part of that base ISA). */
 #if defined(__aarch64__) && defined(__ARM_NEON)

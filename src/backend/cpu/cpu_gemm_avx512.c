@@ -118,11 +118,16 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
  * per pair are the single dot's, so every result is bit-identical to it. From 3 activation rows up, two weight
  * rows at a time in the halves of a zmm (one broadcast load of an activation block serves both; accumulator j
  * holds the 8 lanes of pair (r, j) low and (r + 1, j) high, and lanes never mix), an odd last row alone in a
- * ymm; below 3, one weight row at a time (from memory, two rows' streams at once ran slower there:
- * bench/RESULTS.md). Per pair and block: one vpdpbusd, a multiply, a conversion and an FMA in a ymm or half a
+ * ymm; below 3 (below 5 on Zen 4: PAIR_FROM_HALVES), one weight row at a time (from memory, two rows' streams
+ * at once ran slower there: bench/RESULTS.md). Per pair and block: one vpdpbusd, a multiply, a conversion and an FMA in a ymm or half a
  * zmm (AVX2: two sign operations, a maddubs and a madd more). Prefetch distances measured on the stream
  * benchmark (bench/cpu_gemm_rows.c). */
 #define ROW_PREFETCH 2048
+/* Pairs of weight rows from this many activation rows up (below, one row at a time); on a CPU that runs 512-bit
+ * operations in halves (Zen 4) the pair's extra shuffles cost more than its shared activation loads save, so
+ * from 5 there (smollm2 k = 3 / 4 steps 8.1-8.9 ms with pairs, 5.1-7.2 without: bench/RESULTS.md). */
+#define PAIR_FROM 3
+#define PAIR_FROM_HALVES 5
 static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
     return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
 }
@@ -202,7 +207,7 @@ static INLINE void legacy_rows(const cpu_gemm_args *a, int r0, int r1, int b, co
         yd[j] = a->yd + (size_t)(b + j) * nb;
     }
     int r = r0;
-    if (tn >= 3)
+    if (tn >= (kiln_cpu_avx512_in_halves() ? PAIR_FROM_HALVES : PAIR_FROM))
         for (; r + 1 < r1; r += 2) legacy_rows_pair(a, r, yu, yd, b, tn, q4);
     for (; r < r1; r++) legacy_rows_one(a, r, yu, yd, b, tn, q4);
 }
