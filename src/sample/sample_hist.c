@@ -156,11 +156,11 @@ static void block_terms(const sample_kernels *k, const float *x, float max, floa
     (void)k->hist_block(x, max, temp, INFINITY, 1.0f, e1, t, bin, 0.0);
 }
 
-/* The term (float)(expf((l - max) / temp) / norm) of each id whose bin is below kb, summed into *c; false when
- * one is below EXACT_MIN_TERM (the sum might not be exact). */
-static bool exact_prefix(const sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
-                         double norm, double *c) {
-    double sum = 0.0;
+/* The terms (float)(expf((l - max) / temp) / norm) of the ids whose bin is below kb, summed into *sum (norm 1:
+ * the terms themselves); returns the least (1 when none). */
+static float prefix_terms(const sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
+                          double norm, double *sum) {
+    double acc = 0.0;
     float least = 1.0f, t[SAMPLE_BLOCK];
     for (int b = 0; b < v->nb; b++) {
         const uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
@@ -169,25 +169,31 @@ static bool exact_prefix(const sample_hist *h, const sample_view *v, const sampl
         for (int j = 0; j < SAMPLE_BLOCK; j++) {
             if (bin[j] >= kb) continue;
             const float q = (float)(t[j] / norm);
-            sum += q;
+            acc += q;
             least = q < least ? q : least;
         }
     }
-    *c = sum;
-    return least >= EXACT_MIN_TERM;
+    *sum = acc;
+    return least;
 }
 
-/* The exact sum of bin kb's members' terms (float)(expf((l - max) / temp) / norm) over its first n (-1: all), as
- * the walk meets them; false as above. */
-static bool exact_members(const cand *m, int n, float max, float temp, double norm, double *c) {
-    double sum = 0.0;
+/* The same over the first n of a bin's sorted members, as the walk meets them. */
+static float member_terms(const cand *m, int n, float max, float temp, double norm, double *sum) {
+    double acc = 0.0;
+    float least = 1.0f;
     for (int i = 0; i < n; i++) {
         const float q = (float)(expf((m[i].logit - max) / temp) / norm);
-        if (q < EXACT_MIN_TERM) return false;
-        sum += q;
+        acc += q;
+        least = q < least ? q : least;
     }
-    *c = sum;
-    return true;
+    *sum = acc;
+    return least;
+}
+
+/* The cumulative of the bins below kb, exactly; false when a term is below EXACT_MIN_TERM (it might not be). */
+static bool exact_prefix(const sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
+                         double norm, double *c) {
+    return prefix_terms(h, v, k, kb, temp, norm, c) >= EXACT_MIN_TERM;
 }
 
 /* From bin kb, where the exact cumulative is *c, back to the bin whose walk the cumulative crosses `at` in
@@ -199,7 +205,7 @@ static int exact_back(sample_hist *h, const sample_view *v, const sample_kernels
         int n;
         double sum;
         const cand *m = members(h, v, k, kb, &n, tmp);
-        if (!m || !exact_members(m, n, v->max, temp, norm, &sum)) return -1;
+        if (!m || member_terms(m, n, v->max, temp, norm, &sum) < EXACT_MIN_TERM) return -1;
         *c -= sum;
     }
     return kb;
@@ -294,27 +300,14 @@ static int hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *
 static bool exact_norm(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, bool cut,
                        int last, int n_last, uint64_t *tmp, double *s) {
     if (!cut) return *s = sample_view_exp_sum(v, k->exp_sum, temp), true;
-    double sum = 0.0, rest = 0.0;
-    float least = 1.0f;
-    float t[SAMPLE_BLOCK];
-    for (int b = 0; b < v->nb; b++) { /* the bins before `last`, whole */
-        const uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
-        if (bin_of(h, v->max, v->bm[b]) >= last) continue;
-        block_terms(k, sample_view_block(v, b), v->max, temp, t);
-        for (int j = 0; j < SAMPLE_BLOCK; j++) {
-            if (bin[j] >= last) continue;
-            sum += t[j];
-            least = t[j] < least ? t[j] : least;
-        }
-    }
+    double sum, rest;
     int n;
     const cand *m = members(h, v, k, last, &n, tmp);
     if (!m) return false;
-    for (int i = 0; i < (n_last < 0 ? n : n_last); i++) {
-        const float tm = expf((m[i].logit - v->max) / temp);
-        rest += tm;
-        least = tm < least ? tm : least;
-    }
+    /* the bins before `last` whole, then the kept members of `last` */
+    const float l0 = prefix_terms(h, v, k, last, temp, 1.0, &sum);
+    const float l1 = member_terms(m, n_last < 0 ? n : n_last, v->max, temp, 1.0, &rest);
+    const float least = l0 < l1 ? l0 : l1;
     *s = sum + rest;
     return least >= ldexpf(1.0f, ilogb(*s) - 29); /* every term a multiple of 2^-52 of the sum's power of two */
 }

@@ -6,9 +6,6 @@
  * Compiled with -mavx2 -mfma; called only when the CPU has them. */
 #include "sample/sample_internal.h"
 
-#include <math.h>
-
-#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 static inline float hmax8(__m256 v) {
@@ -154,20 +151,3 @@ int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) 
     }
     return c;
 }
-#else
-/* Built without the ISA flags: never selected, but kept linkable. */
-void sample_block_max_avx2(const float *x, int nblk, float *bm) { sample_block_max_ref(x, nblk, bm); }
-double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double z) {
-    return sample_exp_sum_ref(x, nblk, m, temp, z);
-}
-double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z) {
-    return sample_exp_sum_ref(x, nblk, m, temp, z);
-}
-double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
-                              uint16_t *bin, double z) {
-    return sample_hist_block_ref(x, m, temp, lo, scale, e1, et, bin, z);
-}
-int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
-    return sample_bin_find_ref(bin, n, kb, ids);
-}
-#endif

@@ -6,7 +6,6 @@
  * Compiled with the AVX-512 flags (Makefile AVX512_FLAGS); called only at that CPU level. */
 #include "sample/sample_internal.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
 /* glibc's expf of 8 floats in 8 double lanes: the same float as libm's for x <= 88 (0 below -103.97). */
@@ -95,16 +94,3 @@ int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids
     }
     return c;
 }
-#else
-/* Built without the ISA flags: never selected, but kept linkable. */
-double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z) {
-    return sample_exp_sum_ref(x, nblk, m, temp, z);
-}
-double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
-                                uint16_t *bin, double z) {
-    return sample_hist_block_ref(x, m, temp, lo, scale, e1, et, bin, z);
-}
-int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
-    return sample_bin_find_ref(bin, n, kb, ids);
-}
-#endif
