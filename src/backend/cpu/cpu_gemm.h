@@ -85,7 +85,7 @@ static inline size_t cpu_pair_prefetch(size_t w_stride) {
 typedef void (*cpu_gemm_fn)(const cpu_gemm_args *a, int r0, int r1, int b0, int b1);
 
 /* The activation rows of the VNNI tiles (cpu_gemm_avx512.c: Q8_0 / Q4_0, Q4_K). */
-#define CPU_VNNI_Q8_TN 8
+#define CPU_VNNI_Q8_TN 5
 #define CPU_VNNI_K4_TN 6
 /* The activation rows of gemm's widest tile (4 where it is not one of the above): cpu_matmul blocks the
  * activation rows in whole multiples of it, so no block ends in a narrow tile (measured: Q4_K prefill -5% on one

@@ -3,11 +3,11 @@
  * weights (compiled with the AVX-512 flags; cpu_gemm_select picks them only for the VNNI dots of
  * formats/dot_avx512.c, which run only on a CPU with AVX-512 F/BW/VL/VNNI). Per pair the float operations
  * are those of the single dot (= the AVX2 dot) in the same order, so each result is bit-identical to it:
- *  - Q8_0 / Q4_0: a zmm holds the 8-lane accumulators of two pairs (one weight row, two activation rows: low
- *    and high half). Lanes never mix, so each half follows the single dot's order exactly; the integer
- *    block sums of both pairs come from one vpdpbusd. The weight (Q4_0: its nibbles minus 8) is the signed
- *    operand, the activation plus 128 (its sign bit flipped) the unsigned one, and -128 * (sum of the
- *    weight's groups of 4) seeds the accumulator, so the sum is exactly sum x*y.
+ *  - Q8_0 / Q4_0 tiles: a ymm accumulator per pair (one weight row, one activation row), the integer block
+ *    sums from one vpdpbusd: the weight (Q4_0: its nibbles minus 8) is the signed operand, the activation plus
+ *    128 (its sign bit flipped) the unsigned one, and -128 * (sum of the weight's groups of 4) seeds the
+ *    accumulator, so the sum is exactly sum x*y. The scale products h2f(x.d) * y.d are formed 8 blocks at a
+ *    time (lane by lane the single dot's products) and read broadcast by the FMAs.
  *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int16), the float steps of two pairs in a zmm.
  */
 #include "backend/cpu/cpu_gemm.h"
@@ -30,84 +30,116 @@ static INLINE __m512i load_2x256(const void *lo, const void *hi) {
                               _mm256_loadu_si256((const __m256i *)hi), 1);
 }
 
-/* [*lo x8 | *hi x8] */
-static INLINE __m512 broadcast_2x_ss(const float *lo, const float *hi) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_broadcast_ss(lo))),
-                                               _mm256_castps_pd(_mm256_broadcast_ss(hi)), 1));
+/* The signed weights of a block: Q8_0 its bytes, Q4_0 its nibbles (unpack_nibbles16 order) minus 8. */
+static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
+    return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
 }
 
-/* The signed weights of a block in both halves: Q8_0 its bytes, Q4_0 its nibbles (unpack_nibbles16 order)
- * minus 8. */
-static INLINE __m512i weight_block(const uint8_t *qs, bool q4) {
-    if (!q4) return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
-    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
-    const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(b, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
-    return _mm512_sub_epi8(nib, _mm512_set1_epi8(8));
+static INLINE float legacy_scale(const uint8_t *xb) {
+    uint16_t d;
+    memcpy(&d, xb, sizeof d);
+    return h2f(d);
 }
 
-/* Up to 4 weight rows x 8 activation rows (4 pairs of them); an odd last row is paired with itself and the
- * copy's result dropped. yd holds h2f(y.d) (exact): dx * dy is the single dot's scale product. */
-static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
-    const int nb = a->n / QK8_0, np = (tn + 1) / 2;
-    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    const uint8_t *x[4];
-    const block_q8_0 *y[8];
-    const float *yd[8];
-    __m512 acc[4][4];
-    UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
-    UNROLL for (int j = 0; j < 2 * np; j++) {
-        const int row = b + (j < tn ? j : tn - 1);
-        y[j] = (const block_q8_0 *)(a->y + (size_t)row * a->y_stride);
-        yd[j] = a->yd + (size_t)row * nb;
+/* h2f of the scales of m <= 8 consecutive weight blocks (block k's f16 d at xb + k * xblock); lanes m..7 zero. */
+static INLINE __m256 legacy_scales8(const uint8_t *xb, size_t xblock, int m) {
+    uint16_t d[8];
+    UNROLL for (int k = 0; k < 8; k++) {
+        d[k] = 0;
+        if (k < m) memcpy(&d[k], xb + (size_t)k * xblock, sizeof d[k]);
     }
-    UNROLL for (int i = 0; i < tm; i++) UNROLL for (int p = 0; p < np; p++) acc[i][p] = _mm512_setzero_ps();
-    for (int ib = 0; ib < nb; ib++) {
-        __m512i yu[4];
-        __m512 dy[4];
-        UNROLL for (int p = 0; p < np; p++) {
-            yu[p] = _mm512_xor_si512(load_2x256(y[2 * p][ib].qs, y[2 * p + 1][ib].qs), flip);
-            dy[p] = broadcast_2x_ss(&yd[2 * p][ib], &yd[2 * p + 1][ib]);
-        }
-        UNROLL for (int i = 0; i < tm; i++) {
-            const uint8_t *xb = x[i] + (size_t)ib * xblock; /* both blocks: the f16 scale d, then qs */
-            uint16_t d;
-            memcpy(&d, xb, sizeof d);
-            const __m512 dx = _mm512_set1_ps(h2f(d));
-            const __m512i xs = weight_block(xb + 2, q4);
-            const __m512i seed = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, xs));
-            UNROLL for (int p = 0; p < np; p++) {
-                const __m512i sum = _mm512_dpbusd_epi32(seed, yu[p], xs);
-                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dx, dy[p]), _mm512_cvtepi32_ps(sum), acc[i][p]);
-            }
-        }
-    }
-    UNROLL for (int p = 0; p < np; p++)
-        UNROLL for (int i = 0; i < tm; i++) {
-            float *o = a->out + (size_t)(b + 2 * p) * a->out_stride + (size_t)(r + i);
-            o[0] = hsum_ps(_mm512_castps512_ps256(acc[i][p]));
-            if (2 * p + 1 < tn) o[a->out_stride] = hsum_ps(high_ps(acc[i][p]));
-        }
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[1], (short)d[2], (short)d[3], (short)d[4], (short)d[5],
+                                          (short)d[6], (short)d[7]));
 }
 
-#define Q8_TM 4
+/* The tile: 15 ymm accumulators (4 x 5 spills, and ran 30% slower at most stack addresses; 4 x 4 ~3% slower). */
+#define Q8_TM 3
 #define Q8_TN CPU_VNNI_Q8_TN
+
+/* Block k of a tile's chunk (ib its index in the row): pair (i, j) adds sc[i][j][k], its scale product, times
+ * its integer block sums. */
+static INLINE void legacy_tile_block(const uint8_t *const *x, const block_q8_0 *const *y, int ib,
+                                     float (*sc)[Q8_TN][8], int k, __m256 (*acc)[Q8_TN], const int tm, const int tn,
+                                     const bool q4) {
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const __m256i flip = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256i xs[Q8_TM], seed[Q8_TM];
+    UNROLL for (int i = 0; i < tm; i++) {
+        xs[i] = legacy_weight_block(x[i] + (size_t)ib * xblock + 2, q4);
+        seed[i] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, xs[i]));
+    }
+    UNROLL for (int j = 0; j < tn; j++) {
+        const __m256i yu = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[j][ib].qs), flip);
+        UNROLL for (int i = 0; i < tm; i++) {
+            const __m256i p = _mm256_dpbusd_epi32(seed[i], yu, xs[i]);
+            acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[i][j][k]), _mm256_cvtepi32_ps(p), acc[i][j]);
+        }
+    }
+}
+
+/* The scale products h2f(x_i.d) * y_j.d of blocks ib0..ib0 + 7 (those below nb) into sc[i][j]. */
+static INLINE void legacy_tile_scales(const uint8_t *const *x, const float *const *yd, int ib0, int nb,
+                                      float (*sc)[Q8_TN][8], const int tm, const int tn, const bool q4) {
+    const size_t xblock = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const int m = nb - ib0 < 8 ? nb - ib0 : 8;
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 dy[Q8_TN];
+    UNROLL for (int j = 0; j < tn; j++) dy[j] = _mm256_maskload_ps(yd[j] + ib0, lanes);
+    UNROLL for (int i = 0; i < tm; i++) {
+        const __m256 dx = legacy_scales8(x[i] + (size_t)ib0 * xblock, xblock, m);
+        UNROLL for (int j = 0; j < tn; j++) _mm256_store_ps(sc[i][j], _mm256_mul_ps(dx, dy[j]));
+    }
+}
+
+/* Up to Q8_TM weight rows x Q8_TN activation rows, one ymm accumulator per pair. The scale products h2f(x.d) *
+ * y.d of 8 blocks are formed 8 at a time (each lane the single dot's scalar product) into a buffer that the FMAs
+ * read broadcast, where a multiply per pair and block held the FMA units (bench/cpu_gemm on a Zen 4, 1536-wide
+ * Q8_0 rows: 61 -> 65-68 GMAC/s; bench/RESULTS.md). */
+static INLINE void legacy_tile(const cpu_gemm_args *a, int r, int b, const int tm, const int tn, const bool q4) {
+    const int nb = a->n / QK8_0;
+    const uint8_t *x[Q8_TM];
+    const block_q8_0 *y[Q8_TN];
+    const float *yd[Q8_TN];
+    __m256 acc[Q8_TM][Q8_TN];
+    float sc[2][Q8_TM][Q8_TN][8] __attribute__((aligned(32))); /* pair (i, j)'s scale products of the chunk's blocks */
+    UNROLL for (int i = 0; i < tm; i++) x[i] = a->w + (size_t)(r + i) * a->w_stride;
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_0 *)(a->y + (size_t)(b + j) * a->y_stride);
+        yd[j] = a->yd + (size_t)(b + j) * nb;
+    }
+    UNROLL for (int i = 0; i < tm; i++) UNROLL for (int j = 0; j < tn; j++) acc[i][j] = _mm256_setzero_ps();
+    legacy_tile_scales(x, yd, 0, nb, sc[0], tm, tn, q4);
+    for (int ib0 = 0, c = 0; ib0 < nb; ib0 += 8, c ^= 1) {
+        /* the next chunk's products a chunk ahead of their loads, so that no load waits on (or is speculated
+         * past) its store */
+        if (ib0 + 8 < nb) legacy_tile_scales(x, yd, ib0 + 8, nb, sc[c ^ 1], tm, tn, q4);
+        const int m = nb - ib0 < 8 ? nb - ib0 : 8;
+        if (m == 8) {
+            UNROLL for (int k = 0; k < 8; k++) legacy_tile_block(x, y, ib0 + k, sc[c], k, acc, tm, tn, q4);
+        } else {
+            for (int k = 0; k < m; k++) legacy_tile_block(x, y, ib0 + k, sc[c], k, acc, tm, tn, q4);
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++)
+        UNROLL for (int i = 0; i < tm; i++) a->out[(size_t)(b + j) * a->out_stride + (size_t)(r + i)] = hsum_ps(acc[i][j]);
+}
+
 #define Q8_TILE(tm, tn)                                                                                    \
     static void q8_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, false); } \
     static void q4_0_##tm##x##tn(const cpu_gemm_args *a, int r, int b) { legacy_tile(a, r, b, tm, tn, true); }
-#define Q8_ROW(tm) Q8_TILE(tm, 1) Q8_TILE(tm, 2) Q8_TILE(tm, 3) Q8_TILE(tm, 4) Q8_TILE(tm, 5) Q8_TILE(tm, 6) Q8_TILE(tm, 7) Q8_TILE(tm, 8)
-Q8_ROW(1) Q8_ROW(2) Q8_ROW(3) Q8_ROW(4)
+#define Q8_ROW(tm) Q8_TILE(tm, 1) Q8_TILE(tm, 2) Q8_TILE(tm, 3) Q8_TILE(tm, 4) Q8_TILE(tm, 5)
+Q8_ROW(1) Q8_ROW(2) Q8_ROW(3)
 #undef Q8_ROW
 #undef Q8_TILE
-#define TAB_ROW(t, tm) t##_##tm##x1, t##_##tm##x2, t##_##tm##x3, t##_##tm##x4, t##_##tm##x5, t##_##tm##x6, t##_##tm##x7, t##_##tm##x8
+#define TAB_ROW(t, tm) t##_##tm##x1, t##_##tm##x2, t##_##tm##x3, t##_##tm##x4, t##_##tm##x5
 
 void cpu_gemm_q8_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q8_0, 1), TAB_ROW(q8_0, 2), TAB_ROW(q8_0, 3), TAB_ROW(q8_0, 4)};
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q8_0, 1), TAB_ROW(q8_0, 2), TAB_ROW(q8_0, 3)};
     cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 
 void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
-    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q4_0, 1), TAB_ROW(q4_0, 2), TAB_ROW(q4_0, 3), TAB_ROW(q4_0, 4)};
+    static const cpu_gemm_tile_fn tab[Q8_TM * Q8_TN] = {TAB_ROW(q4_0, 1), TAB_ROW(q4_0, 2), TAB_ROW(q4_0, 3)};
     cpu_gemm_walk(a, r0, r1, b0, b1, Q8_TM, Q8_TN, tab);
 }
 #undef TAB_ROW
@@ -128,16 +160,6 @@ void cpu_gemm_q4_0_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1
  * from 5 there (smollm2 k = 3 / 4 steps 8.1-8.9 ms with pairs, 5.1-7.2 without: bench/RESULTS.md). */
 #define PAIR_FROM 3
 #define PAIR_FROM_HALVES 5
-static INLINE __m256i legacy_weight_block(const uint8_t *qs, bool q4) {
-    return q4 ? _mm256_sub_epi8(unpack_nibbles16(qs), _mm256_set1_epi8(8)) : _mm256_loadu_si256((const __m256i *)qs);
-}
-
-static INLINE float legacy_scale(const uint8_t *xb) {
-    uint16_t d;
-    memcpy(&d, xb, sizeof d);
-    return h2f(d);
-}
-
 /* Weight rows r and r + 1 against activation rows b..b + tn - 1. */
 static INLINE void legacy_rows_pair(const cpu_gemm_args *a, int r, const uint8_t *const *yu, const float *const *yd, int b,
                                     const int tn, const bool q4) {
