@@ -5,7 +5,8 @@
  *
  * Logits: "llm" = N(0, 2^2) noise plus a peaked head (64 ids boosted by 14 - 2.5 ln(rank)), the shape of a
  * trained model's next-token distribution; "flat" = N(0, 0.5^2), the worst case for top-p (a large share of
- * the vocabulary is kept). The bench prints, per shape, the top-1 probability and how many ids hold 90% of
+ * the vocabulary is kept); "wide" = N(0, 1), where min-p's floor leaves most ids of the kept blocks below it.
+ * The bench prints, per shape, the top-1 probability and how many ids hold 90% of
  * the mass. Each figure is the median over repetitions of the mean of a few calls, in the thread's CPU time
  * (the development machine is shared).
  *   usage: sample [--quick]
@@ -36,9 +37,11 @@ static double uniform(void) {
 }
 static float normal(void) { return (float)(sqrt(-2.0 * log(uniform())) * cos(6.283185307179586 * uniform())); }
 
-static void make_logits(float *x, int n, int flat) {
-    for (int i = 0; i < n; i++) x[i] = normal() * (flat ? 0.5f : 2.0f);
-    if (!flat)
+static const char *const shape_name[3] = {"llm", "flat", "wide"};
+static void make_logits(float *x, int n, int shape) {
+    const float sd[3] = {2.0f, 0.5f, 1.0f};
+    for (int i = 0; i < n; i++) x[i] = normal() * sd[shape];
+    if (shape == 0)
         for (int r = 1; r <= 64; r++) x[(size_t)(uniform() * n)] += 14.0f - 2.5f * logf((float)r);
 }
 
@@ -90,7 +93,7 @@ static double measure(const kiln_sampler_params *p, const float *x, int n, int o
 int main(int argc, char **argv) {
     const int quick = argc > 1 && !strcmp(argv[1], "--quick");
     static const int vocabs[] = {49152, 128256};
-    mix m[5];
+    mix m[6];
     m[0] = (mix){"greedy", kiln_sampler_defaults()};
     m[0].p.temperature = 0.0f;
     m[1] = (mix){"t0.8 k40 p0.95 min-p0.05", kiln_sampler_defaults()};
@@ -101,20 +104,22 @@ int main(int argc, char **argv) {
     m[4] = m[2];
     m[4].name = "t1 p0.9 k off + presence/frequency 0.5";
     m[4].p.presence_penalty = 0.5f, m[4].p.frequency_penalty = 0.5f;
+    m[5] = (mix){"t0.8 p0.95 min-p0.05 k off", kiln_sampler_defaults()};
+    m[5].p.top_k = 0;
     printf("| vocab | logits | p(top1) | ids for 90%% | mix | reference ns | one-pass ns | speed-up | %% of 6 ms CPU step | %% of 0.8 ms H200 step |\n");
     printf("| ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
     for (int v = 0; v < 2; v++) {
         const int n = vocabs[v];
         float *x = malloc((size_t)n * sizeof *x);
-        for (int flat = 0; flat < 2; flat++) {
-            make_logits(x, n, flat);
+        for (int shape = 0; shape < 3; shape++) {
+            make_logits(x, n, shape);
             double p1;
             int n90;
             shape_stats(x, n, &p1, &n90);
-            for (int i = 0; i < 5; i++) {
+            for (int i = 0; i < 6; i++) {
                 const double old = measure(&m[i].p, x, n, 1, quick ? 3 : 11, quick ? 1 : 3);
                 const double fast = measure(&m[i].p, x, n, 0, quick ? 5 : 41, quick ? 5 : 20);
-                printf("| %d | %s | %.3f | %d | %s | %.0f | %.0f | %.0fx | %.2f | %.2f |\n", n, flat ? "flat" : "llm", p1,
+                printf("| %d | %s | %.3f | %d | %s | %.0f | %.0f | %.0fx | %.2f | %.2f |\n", n, shape_name[shape], p1,
                        n90, m[i].name, old, fast, old / fast, fast / 6e6 * 100.0, fast / 0.8e6 * 100.0);
                 fflush(stdout);
             }

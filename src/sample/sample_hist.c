@@ -31,13 +31,13 @@
 int sample_hist_init(sample_hist *h, int n_vocab) {
     memset(h, 0, sizeof *h);
     const size_t nid = (size_t)(n_vocab + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK * SAMPLE_BLOCK;
-    h->sums = kiln_calloc(2 * (HIST_BINS + 1), sizeof *h->sums);
+    h->sums = kiln_calloc(2 * (HIST_BINS + HIST_DUMP), sizeof *h->sums);
     h->bin = kiln_calloc(nid, sizeof *h->bin);
     h->ids = kiln_calloc(nid + 16, sizeof *h->ids);
     h->ord = kiln_calloc((size_t)n_vocab, sizeof *h->ord);
     if (!h->sums || !h->bin || !h->ids || !h->ord) return -1;
     /* touched now, so that no later call pays for their pages (first-call contract) */
-    memset(h->sums, 0, 2 * (HIST_BINS + 1) * sizeof *h->sums);
+    memset(h->sums, 0, 2 * (HIST_BINS + HIST_DUMP) * sizeof *h->sums);
     memset(h->bin, 0, nid * sizeof *h->bin);
     memset(h->ids, 0, (nid + 16) * sizeof *h->ids);
     memset(h->ord, 0, (size_t)n_vocab * sizeof *h->ord);
@@ -58,8 +58,10 @@ bool sample_hist_wanted(const sample_view *v) {
     return wide >= HIST_MIN_BLOCKS;
 }
 
-/* One block's terms added to their bins' sums (et NULL: only the temperature-1 sums); the ids below lo land
- * in bin HIST_BINS, summed but never walked. */
+/* One block's terms added to their bins' sums (et NULL: only the temperature-1 sums); the ids below lo are in
+ * bin HIST_BINS (summed but never walked), its sums spread over HIST_DUMP slots by id (hist_block's bin values
+ * HIST_BINS + j % HIST_DUMP): a run of ids below lo, most of a block under min-p's floor, added into one slot
+ * was a chain through memory, 63% of a call over N(0, 1) logits. */
 static void scatter(double *restrict sums, const uint16_t *bin, const float *e1, const float *et) {
     if (et) {
         for (int j = 0; j < SAMPLE_BLOCK; j++) {
@@ -88,7 +90,7 @@ static double fill_bins(sample_hist *h, const sample_view *v, const sample_kerne
     const float zlo = want == FILL_Z1 ? max - 120.0f : max - 120.0f * temp; /* below: terms that expf makes 0 */
     const float zt = want == FILL_Z1 ? 1.0f : temp;
     const bool one = temp == 1.0f; /* the terms at the temperature are those at 1 */
-    memset(h->sums, 0, 2 * (HIST_BINS + 1) * sizeof *h->sums);
+    memset(h->sums, 0, 2 * (HIST_BINS + HIST_DUMP) * sizeof *h->sums);
     h->at_temp = !one;
     h->lo = lo, h->scale = scale;
     h->n_gathered = h->n_ord = 0;
@@ -98,7 +100,7 @@ static double fill_bins(sample_hist *h, const sample_view *v, const sample_kerne
         const float *x = sample_view_block(v, b); /* a partial last block is padded with -inf */
         uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
         if (!(v->bm[b] >= lo)) {
-            for (int j = 0; j < SAMPLE_BLOCK; j++) bin[j] = HIST_BINS;
+            for (int j = 0; j < SAMPLE_BLOCK; j++) bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
             if (want == FILL_Z1 && v->bm[b] >= zlo) z = k->exp_sum(x, 1, max, zt, z);
             if (want == FILL_REST && v->bm[b] >= zlo) rest = k->exp_sum(x, 1, max, zt, rest);
             continue;
@@ -408,6 +410,6 @@ int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kern
     /* the normalizer: the bins', the terms below lo (bin HIST_BINS and the blocks left out): the walk's exact one
      * but for the order of the sums */
     double z = rest;
-    for (int kb = 0; kb <= HIST_BINS; kb++) z += sumt(h, kb);
+    for (int kb = 0; kb < HIST_BINS + HIST_DUMP; kb++) z += sumt(h, kb);
     return hist_draw(h, v, k, temp, false, z, r, last, -1, tmp);
 }

@@ -40,7 +40,7 @@ typedef double (*sample_exp_sum_fn)(const float *x, int nblk, float m, float tem
 
 /* One block of the histogram (sample_hist.c), x[0..64): e1[j] = expf(x[j] - m) and et[j] = expf((x[j] - m) /
  * temp) bit for bit, bin[j] = min((int)((m - x[j]) * scale), HIST_BINS - 1) where x[j] >= lo, else
- * HIST_BINS (also for NaN); returns z plus the block's exact temperature-1 sum (as exp_sum's). */
+ * HIST_BINS + j % HIST_DUMP (also for NaN); returns z plus the block's exact temperature-1 sum (as exp_sum's). */
 typedef double (*sample_hist_block_fn)(const float *x, float m, float temp, float lo, float scale, float *e1,
                                        float *et, uint16_t *bin, double z);
 /* The indices i < n (n a multiple of 64) with bin[i] == kb, ascending, into ids (room for n + 16: the SIMD
@@ -71,6 +71,7 @@ extern const uint64_t sample_exp2f_tab[32];
 #define FAST_MARGIN 1e-6
 
 #define HIST_BINS 4096
+#define HIST_DUMP 8 /* slots of bin HIST_BINS: id j of a block in HIST_BINS + j % 8 (the kernels' 8 lanes) */
 #define HIST_MIN_BLOCKS 64 /* blocks within 6 of the maximum from which the histogram beats the sorted bands */
 
 /* The scalar references; the AVX2 + FMA variants (call only when kiln_cpu_has_avx2()) and the AVX-512 ones
@@ -196,8 +197,8 @@ static inline float sample_min_p_floor(float max, float min_p) {
 typedef struct hist_gathered { int kb, off, n; } hist_gathered; /* bin kb's members: ord[off .. off + n) */
 
 typedef struct sample_hist {
-    double *sums;     /* 2 (HIST_BINS + 1): per bin the sums of its terms at temperature 1 and at the call's
-                       * temperature, side by side (the last bin: the ids below lo) */
+    double *sums;     /* 2 (HIST_BINS + HIST_DUMP): per bin the sums of its terms at temperature 1 and at the
+                       * call's temperature, side by side (the last HIST_DUMP slots: the ids below lo) */
     int at_temp;      /* 1: the call's sums at the temperature are sums[2 kb + 1]; 0: its temperature is 1 */
     float lo, scale;  /* the call's bins: bin = (max - logit) * scale from lo up */
     uint16_t *bin;    /* nb * SAMPLE_BLOCK: each id's bin (HIST_BINS below lo) */

@@ -51,7 +51,9 @@ double sample_hist_block_ref(const float *x, float m, float temp, float lo, floa
         et[j] = expf((x[j] - m) / temp);
         t[j] = (double)e1[j];
         const float d = (m - x[j]) * scale;
-        bin[j] = !(x[j] >= lo) ? HIST_BINS : d < (float)HIST_BINS ? (uint16_t)d : HIST_BINS - 1;
+        bin[j] = !(x[j] >= lo) ? (uint16_t)(HIST_BINS + j % HIST_DUMP)
+                 : d < (float)HIST_BINS ? (uint16_t)d
+                                        : HIST_BINS - 1;
     }
     return z + block_sum_ordered(t);
 }

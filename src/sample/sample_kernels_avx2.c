@@ -117,7 +117,7 @@ double sample_hist_block_avx2(const float *x, float m, float temp, float lo, flo
                               uint16_t *bin, double z) {
     const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(temp), vlo = _mm256_set1_ps(lo);
     const __m256 vs = _mm256_set1_ps(scale), top = _mm256_set1_ps((float)(HIST_BINS - 1));
-    const __m256i dump = _mm256_set1_epi32(HIST_BINS);
+    const __m256i dump = _mm256_add_epi32(_mm256_set1_epi32(HIST_BINS), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const int div = temp != 1.0f;
     __m256d a = _mm256_setzero_pd(), c = _mm256_setzero_pd();
     for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
@@ -127,7 +127,7 @@ double sample_hist_block_avx2(const float *x, float m, float temp, float lo, flo
         _mm256_storeu_ps(et + j, div ? expf8(_mm256_div_ps(d, vt)) : y);
         a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
         c = _mm256_add_pd(c, _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
-        /* (m - x) * scale, at most HIST_BINS - 1, truncated; HIST_BINS where !(x >= lo) */
+        /* (m - x) * scale, at most HIST_BINS - 1, truncated; HIST_BINS + j % 8 where !(x >= lo) */
         const __m256 t = _mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(vm, xv), vs), top);
         const __m256 keep = _mm256_cmp_ps(xv, vlo, _CMP_GE_OQ);
         const __m256i k = _mm256_blendv_epi8(dump, _mm256_cvttps_epi32(t), _mm256_castps_si256(keep));
