@@ -3,7 +3,7 @@
  * activation rows against every row of a Q8_0 weight matrix (n = 576, the smollm2-135m width), single thread,
  * three ways side by side in one process, alternated round by round: the single dot once per (row, input)
  * ("dots"), the tiled kernel's 1 x N tiles walked one weight row at a time ("tiles", what cpu_matmul did
- * before cpu_gemm_rows), and the small-batch kernel ("rows"). Two sizes: "hot" (600 KiB of weights,
+ * before cpu_gemm_rows), and the small-batch kernel ("rows"). Two sizes: "hot" (180 KiB of weights,
  * cache-resident: kernel speed) and "stream" (96 MiB: from memory, as a decode step reads them). Prints a
  * markdown table of ns per weight row (median of rounds, thread CPU time) and each ratio to the one-row dot.
  *   usage: cpu_gemm_rows [--quick]
