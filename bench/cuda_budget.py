@@ -5,7 +5,8 @@ ncu --csv writes one row per metric per profiled kernel (ID, Kernel Name, Metric
 ...). The last decode step starts at the last k_embed launch and runs to the end of the report. Its kernels are
 grouped by name + grid size; per group: launches, time and DRAM bytes (read + write) per launch, the floor of
 those bytes at the HBM bandwidth (default 4.3 TB/s, --tbps), and totals. Prints a Markdown table.
-usage: cuda_budget.py REPORT.csv [--tbps 4.3] [--title TEXT]
+usage: cuda_budget.py REPORT.csv [--tbps 4.3] [--title TEXT] [--prefill N]
+(--prefill N: the kernels of the last prefill of N tokens, from its k_embed launch to the next one)
 """
 import argparse
 import csv
@@ -66,15 +67,24 @@ def read_kernels(path):
     return kernels
 
 
-def last_step(kernels):
+def last_step(kernels, prefill=0):
+    """The kernels from the last k_embed launch to the end (the last decode step); with prefill = N, from the
+    last k_embed launch of grid N (a prefill of N tokens) to the next k_embed launch."""
     ids = sorted(kernels)
     embeds = [i for i in ids if "k_embed" in kernels[i]["name"]]
+    if prefill:
+        starts = [i for i in embeds if int(kernels[i].get("launch__grid_size", 0)) == prefill]
+        if not starts:
+            sys.exit(f"cuda_budget.py: no k_embed launch of grid {prefill}: cannot find the prefill")
+        ends = [i for i in embeds if i > starts[-1]]
+        end = ends[0] if ends else ids[-1] + 1
+        return [kernels[i] for i in ids if starts[-1] <= i < end]
     if not embeds:
         sys.exit("cuda_budget.py: no k_embed launch in the report: cannot find the decode step")
     return [kernels[i] for i in ids if i >= embeds[-1]]
 
 
-def table(step, tbps, title):
+def table(step, tbps, title, prefill=0):
     groups = {}
     for k in step:
         key = (short_name(k["name"]), int(k.get("launch__grid_size", 0)), int(k.get("launch__block_size", 0)))
@@ -95,7 +105,9 @@ def table(step, tbps, title):
     n_all = sum(g["n"] for g in groups.values())
     out.append(f"| **sum** | | {n_all} | | {total_b / 1e6:.2f} MB | {floor_us(total_b):.1f} us | {total_us:.1f} | 100% |")
     out.append("")
-    out.append(f"{n_all} kernels; kernel time {total_us:.1f} us per step ({1e6 / total_us:.0f} tok/s if nothing else "
+    per = (f"for {prefill} tokens ({prefill * 1e6 / total_us:.0f} tok/s" if prefill else
+           f"per step ({1e6 / total_us:.0f} tok/s")
+    out.append(f"{n_all} kernels; kernel time {total_us:.1f} us {per} if nothing else "
                f"counted); DRAM bytes {total_b / 1e6:.2f} MB, their floor {floor_us(total_b):.1f} us "
                f"({100 * floor_us(total_b) / total_us:.1f}% of the kernel time)")
     return "\n".join(out)
@@ -106,8 +118,9 @@ def main():
     ap.add_argument("report")
     ap.add_argument("--tbps", type=float, default=4.3)
     ap.add_argument("--title", default="")
+    ap.add_argument("--prefill", type=int, default=0, help="the last prefill of this many tokens instead")
     a = ap.parse_args()
-    print(table(last_step(read_kernels(a.report)), a.tbps, a.title))
+    print(table(last_step(read_kernels(a.report), a.prefill), a.tbps, a.title, a.prefill))
 
 
 if __name__ == "__main__":
