@@ -2,7 +2,7 @@
 # cuda_patch_ab.sh PATCH [TESTS...] — a CUDA change kept as a patch, measured against the tree it applies to, in
 # one run on the GPU machine (from the repository root; the build dependencies found through the usual
 # C_INCLUDE_PATH / LIBRARY_PATH / LD_LIBRARY_PATH):
-#   1. builds this tree (A) and this tree with PATCH applied (B) side by side under $AB_DIR (default /tmp/ab),
+#   1. builds this checkout's HEAD (A) and HEAD with PATCH applied (B) side by side under $AB_DIR (default /tmp/ab),
 #      CUDA_ARCHS=${CUDA_ARCHS:-90}
 #   2. runs B's CUDA tests named by TESTS (substrings; default the GEMM, attention, long-prefill and model tests)
 #      under CUDA_MODULE_LOADING=LAZY, with $KILN_SHARED as the test data
