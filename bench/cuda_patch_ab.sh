@@ -2,7 +2,7 @@
 # cuda_patch_ab.sh PATCH [TESTS...] — a CUDA change kept as a patch, measured against the tree it applies to, in
 # one run on the GPU machine (from the repository root; the build dependencies found through the usual
 # C_INCLUDE_PATH / LIBRARY_PATH / LD_LIBRARY_PATH):
-#   1. builds this checkout's HEAD (A) and HEAD with PATCH applied (B) side by side under $AB_DIR (default /tmp/ab),
+#   1. builds this checkout's HEAD (or, without .git, this copy of the tree) (A) and HEAD with PATCH applied (B) side by side under $AB_DIR (default /tmp/ab),
 #      CUDA_ARCHS=${CUDA_ARCHS:-90}
 #   2. runs B's CUDA tests named by TESTS (substrings; default the GEMM, attention, long-prefill and model tests)
 #      under CUDA_MODULE_LOADING=LAZY, with $KILN_SHARED as the test data
@@ -27,8 +27,12 @@ t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
 
 rm -rf "$AB" && mkdir -p "$AB/a" "$AB/b"
-git archive HEAD | tar -x -C "$AB/a" && git archive HEAD | tar -x -C "$AB/b" || exit 1
-(cd "$AB/b" && git apply "$PATCH") || { echo "cuda_patch_ab.sh: $PATCH does not apply to HEAD"; exit 1; }
+if git rev-parse --git-dir > /dev/null 2>&1; then tree() { git archive HEAD; } # a checkout: its HEAD
+else tree() { tar -c --exclude=./build --exclude='./.dev-*' --exclude=./bench/out .; } # a copy without .git
+fi
+tree | tar -x -C "$AB/a" && tree | tar -x -C "$AB/b" || exit 1
+(cd "$AB/b" && patch -s -p1 --dry-run < "$PATCH" > /dev/null && patch -s -p1 < "$PATCH") ||
+    { echo "cuda_patch_ab.sh: $PATCH does not apply to HEAD"; exit 1; }
 (cd "$AB/a" && make -j8 kiln CUDA_ARCHS="$ARCHS" > "$OUT/ab-build-a.log" 2>&1) &
 (cd "$AB/b" && make -j8 kiln build/cuda/kiln_tests_cuda CUDA_ARCHS="$ARCHS" > "$OUT/ab-build-b.log" 2>&1) || {
     tail -30 "$OUT/ab-build-b.log"; exit 1; }

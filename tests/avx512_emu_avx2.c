@@ -124,6 +124,13 @@ AVX2EMU emu_m512 emu_fmadd_ps(emu_m512 a, emu_m512 b, emu_m512 c) {
     return emu_f(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
 }
 AVX2EMU emu_m512 emu_cvtepi32_ps(emu_m512i v) { return emu_f(_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)); }
+AVX2EMU emu_m512 emu_cvtph_ps(__m256i h) {
+    return emu_f(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+}
+AVX2EMU void emu_storeu_ps(void *p, emu_m512 v) {
+    _mm256_storeu_ps((float *)p, v.lo);
+    _mm256_storeu_ps((float *)p + 8, v.hi);
+}
 AVX2EMU __m256 emu_castps512_ps256(emu_m512 v) { return v.lo; }
 AVX2EMU emu_m512 emu_castps256_ps512(__m256 v) { return emu_f(v, _mm256_setzero_ps()); }
 AVX2EMU emu_m512 emu_castps128_ps512(__m128 v) { return emu_f(_mm256_castps128_ps256(v), _mm256_setzero_ps()); }
@@ -213,6 +220,10 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_fmadd_ps emu_fmadd_ps
 #undef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps emu_cvtepi32_ps
+#undef _mm512_cvtph_ps
+#define _mm512_cvtph_ps emu_cvtph_ps
+#undef _mm512_storeu_ps
+#define _mm512_storeu_ps emu_storeu_ps
 #undef _mm512_castps512_ps256
 #define _mm512_castps512_ps256 emu_castps512_ps256
 #undef _mm512_castps256_ps512
@@ -243,6 +254,7 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define cpu_gemm_rows_q4_0_vnni emu_gemm_rows_q4_0_vnni
 #define cpu_gemm_row1_q4_K_vnni emu_gemm_row1_q4_K_vnni
 #define cpu_gemm_row1_q6_K_avx512 emu_gemm_row1_q6_K_avx512
+#define cpu_gemm_q8_0_r16_avx512 emu_gemm_q8_0_r16_avx512
 
 /* this file is compiled for AVX2 (its name): so are the kernels included here */
 #include "formats/dot_avx512.c"
@@ -253,4 +265,4 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 const avx512_kernels avx512_emulated = {emu_dot_q8_0_vnni, emu_dot_q4_0_vnni, emu_dot_q4_K_vnni,
                                         emu_gemm_q8_0_avx512, emu_gemm_q4_0_avx512, emu_gemm_q4_K_avx512,
                                         emu_gemm_rows_q8_0_vnni, emu_gemm_rows_q4_0_vnni, emu_gemm_row1_q4_K_vnni,
-                                        emu_gemm_row1_q6_K_avx512};
+                                        emu_gemm_row1_q6_K_avx512, emu_gemm_q8_0_r16_avx512};

@@ -23,6 +23,8 @@ typedef struct kiln_weight {
     uint64_t ne[3];
     uint64_t nbytes;    /* all ne[2] matrices */
     char name[64];      /* the tensor's name, for messages */
+    uint32_t interleave; /* 0: rows as in the file; else a backend's copy with rows in groups of this many
+                          * (backend/cpu/cpu_repack.h), read only by that backend's kernels */
 } kiln_weight;
 
 /* Matrix i (< ne[2]) of a weight as a 2-D view: its rows start at i * ne[1] rows. */

@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_moe.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_repack.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -45,6 +46,7 @@ typedef struct cpu_state {
     size_t kv_per_seq, kv_per_layer; /* elements of one sequence's K (or V) region, of one layer's part of it */
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
+    cpu_repacked repacked;        /* the interleaved copies of the Q8_0 matrices desc points at (cpu_repack.h) */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
     cpu_argmax_fn argmax;         /* the logits rows' argmax for this CPU */
     kiln_from_float_fn to_f16;    /* F32 -> F16 for the KV store, exactly kiln_f32_to_f16 (the fastest such) */
@@ -128,6 +130,7 @@ static void cpu_close(void *state) {
     cpu_state *s = state;
     if (!s) return;
     kiln_pool_close(s->pool);
+    cpu_repack_close(&s->repacked);
     kiln_blocks_free(&s->desc);
     kiln_free(s->arena);
     kiln_free(s);
@@ -170,6 +173,12 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     st = kiln_pool_open(cfg->n_threads, &s->pool);
     if (st != KILN_OK) { cpu_close(s); return st; }
     kiln_phases_add(ph, "open.kernels", kiln_now_ns() - t0);
+
+    t0 = kiln_now_ns();
+    st = cpu_repack_open(s->pool, &s->desc, &s->repacked);
+    if (st != KILN_OK) { cpu_close(s); return st; }
+    if (s->repacked.n) KILN_INFO("cpu backend: %d Q8_0 matrices interleaved by %d rows", s->repacked.n, CPU_R16);
+    kiln_phases_add(ph, "open.repack", kiln_now_ns() - t0);
     *out = s;
     return KILN_OK;
 }

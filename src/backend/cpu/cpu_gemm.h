@@ -28,6 +28,8 @@ typedef struct cpu_gemm_args {
     const uint8_t *yu; /* Q8_0 activations for the VNNI rows kernels (cpu_gemm_rows_flips): row b's bytes plus 128
                         * at yu + b * n; Q8_K ones for the VNNI single-row Q4_K kernel (cpu_gemm_row1_reads_yu): row
                         * b's values in k4 order (cpu_gemm_k4_order_row) at yu + b * n; else NULL */
+    const int32_t *ys; /* Q8_0 activations for the interleaved kernels (cpu_repack.h): -128 times the sum of each
+                        * block's values, row b's at ys + b * (n / 32); else NULL */
     float *out;
     size_t out_stride;
 } cpu_gemm_args;

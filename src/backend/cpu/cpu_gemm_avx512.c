@@ -9,12 +9,16 @@
  *    accumulator, so the sum is exactly sum x*y. The scale products h2f(x.d) * y.d are formed 8 blocks at a
  *    time (lane by lane the single dot's products) and read broadcast by the FMAs.
  *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int16), the float steps of two pairs in a zmm.
+ *  - Q8_0 rows interleaved by 16 (cpu_repack.h): a lane per weight row, one kernel for every row count, in
+ *    cpu_dot_q8_0_r16's order (not the single dot's: the CPU backend runs these matrices through it alone).
  */
 #include "backend/cpu/cpu_gemm.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_repack.h"
 #include "base/error.h"
 #include "formats/blocks.h"
 #include "formats/simd_avx512.h"
@@ -447,4 +451,90 @@ void cpu_gemm_row1_q6_K_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, i
         out[r + half] = hsum_ps(acc1);
     }
     if ((r1 - r0) % 2) kiln_dot_q6_K_avx2(a->n, &out[r1 - 1], a->w + (size_t)(r1 - 1) * a->w_stride, y);
+}
+
+/* ---------------------------------------------------------------- Q8_0 rows interleaved by 16 (cpu_repack.h) */
+
+/* Activation rows of a tile: 8 integer and 8 float accumulators, a weight vector and a scale vector in 18 zmm. */
+#define R16_TN 8
+/* Up to this many activation rows the weights are streamed (see r16_tile), prefetched this far ahead. */
+#define R16_STREAM_TN 2
+#ifndef R16_PREFETCH
+#define R16_PREFETCH 4096
+#endif
+
+/* Weight rows r..r + 15 (one group; a lane each), and with tm = 2 the group at r2 too, x activation rows b..b +
+ * tn - 1: per block, 8 vpdpbusd with the activation's 4-byte steps broadcast (the weights plus 128 unsigned, the
+ * activations signed, each sum seeded with -128 times the activation block's sum: exactly the integer block sum),
+ * then the scale product and an FMA per activation row: cpu_dot_q8_0_r16's steps in every lane. With few
+ * activation rows (decode: the weights stream from memory) two groups far apart are read at once, each
+ * prefetched R16_PREFETCH bytes ahead, and each integer sum runs as two chains (even and odd steps; integer sums
+ * in any order are the same), so that no step waits on another's latency. */
+static INLINE void r16_tile(const cpu_gemm_args *a, int r, int r2, int b, const int tm, const int tn) {
+    const int nb = a->n / QK8_0;
+    const bool stream = tn <= R16_STREAM_TN;
+    const uint8_t *grp[2] = {a->w + (size_t)r * a->w_stride, a->w + (size_t)r2 * a->w_stride};
+    const uint8_t *y[R16_TN];
+    const float *yd[R16_TN];
+    const int32_t *ys[R16_TN];
+    __m512 acc[2][R16_TN];
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = a->y + (size_t)(b + j) * a->y_stride + offsetof(block_q8_0, qs);
+        yd[j] = a->yd + (size_t)(b + j) * nb;
+        ys[j] = a->ys + (size_t)(b + j) * nb;
+        UNROLL for (int g = 0; g < tm; g++) acc[g][j] = _mm512_setzero_ps();
+    }
+    for (int ib = 0; ib < nb; ib++) {
+        __m512i s[2][R16_TN], s2[2][R16_TN];
+        UNROLL for (int g = 0; g < tm; g++) UNROLL for (int j = 0; j < tn; j++) {
+            s[g][j] = _mm512_set1_epi32(ys[j][ib]);
+            if (stream) s2[g][j] = _mm512_setzero_si512();
+        }
+        UNROLL for (int k = 0; k < QK8_0 / 4; k++) {
+            int32_t v[R16_TN];
+            UNROLL for (int j = 0; j < tn; j++) memcpy(&v[j], y[j] + (size_t)ib * sizeof(block_q8_0) + 4 * k, sizeof v[j]);
+            UNROLL for (int g = 0; g < tm; g++) {
+                const uint8_t *qs = grp[g] + cpu_r16_qs(ib) + 4 * CPU_R16 * k;
+                if (stream) _mm_prefetch((const char *)qs + R16_PREFETCH, _MM_HINT_T0);
+                const __m512i w = _mm512_loadu_si512(qs);
+                UNROLL for (int j = 0; j < tn; j++) {
+                    if (stream && k % 2) s2[g][j] = _mm512_dpbusd_epi32(s2[g][j], w, _mm512_set1_epi32(v[j]));
+                    else s[g][j] = _mm512_dpbusd_epi32(s[g][j], w, _mm512_set1_epi32(v[j]));
+                }
+            }
+        }
+        UNROLL for (int g = 0; g < tm; g++) {
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp[g] + cpu_r16_d(ib))));
+            UNROLL for (int j = 0; j < tn; j++) {
+                if (stream) s[g][j] = _mm512_add_epi32(s[g][j], s2[g][j]);
+                acc[g][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yd[j][ib])), _mm512_cvtepi32_ps(s[g][j]), acc[g][j]);
+            }
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++) {
+        _mm512_storeu_ps(a->out + (size_t)(b + j) * a->out_stride + (size_t)r, acc[0][j]);
+        if (tm == 2) _mm512_storeu_ps(a->out + (size_t)(b + j) * a->out_stride + (size_t)r2, acc[1][j]);
+    }
+}
+
+#define R16_TILE(tn) static void r16_##tn(const cpu_gemm_args *a, int r, int b) { r16_tile(a, r, r, b, 1, tn); }
+R16_TILE(1) R16_TILE(2) R16_TILE(3) R16_TILE(4) R16_TILE(5) R16_TILE(6) R16_TILE(7) R16_TILE(8)
+#undef R16_TILE
+typedef void (*r16_two_fn)(const cpu_gemm_args *a, int r, int r2, int b);
+#define R16_TWO(tn) static void r16_two_##tn(const cpu_gemm_args *a, int r, int r2, int b) { r16_tile(a, r, r2, b, 2, tn); }
+R16_TWO(1) R16_TWO(2)
+#undef R16_TWO
+
+void cpu_gemm_q8_0_r16_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[R16_TN] = {r16_1, r16_2, r16_3, r16_4, r16_5, r16_6, r16_7, r16_8};
+    KILN_ASSERT(r0 % CPU_R16 == 0 && r1 % CPU_R16 == 0);
+    int r = r0;
+    if (b1 - b0 <= R16_STREAM_TN) { /* the first half of the groups with the second, as two streams */
+        const int half = (r1 - r0) / CPU_R16 / 2 * CPU_R16;
+        static const r16_two_fn two[R16_STREAM_TN] = {r16_two_1, r16_two_2};
+        for (; r < r0 + half; r += CPU_R16) two[b1 - b0 - 1](a, r, r + half, b0);
+        r += half;
+    }
+    for (; r < r1; r += CPU_R16)
+        for (int b = b0; b < b1; b += R16_TN) tab[(b1 - b < R16_TN ? b1 - b : R16_TN) - 1](a, r, b);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
+#include "backend/cpu/cpu_repack.h"
 #include "base/error.h"
 #include "formats/blocks.h"
 #include "formats/formats.h"
@@ -17,6 +18,13 @@
 /* output rows per chunk of the pool: a multiple of a cache line of floats */
 #define ROW_GRAIN 16
 
+/* the interleaved Q8_0 kernel of this build (cpu_gemm_avx512.c exists only on x86) */
+#if KILN_X86
+#define R16_FAST cpu_gemm_q8_0_r16_avx512
+#else
+#define R16_FAST cpu_gemm_q8_0_r16_ref
+#endif
+
 /* activation bytes per cache block of the tiled product: the block stays in L2 while a thread's weight
  * rows stream past it once */
 #define ACT_BLOCK_BYTES (192u << 10)
@@ -25,7 +33,7 @@
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
 
 /* ... then (the VNNI rows kernels) the flipped bytes of up to SMALL_B rows, or (the VNNI single-row Q4_K kernel)
- * the row's values in k4 order. */
+ * the row's values in k4 order, or (interleaved Q8_0 weights) the rows' block sums times -128. */
 static size_t flipped_offset(size_t row, int n, int B) {
     return (scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float) + 63) & ~(size_t)63;
 }
@@ -34,7 +42,8 @@ size_t cpu_matmul_scratch_bytes(uint32_t type, int n, int B) {
     const kiln_type_info *t = kiln_type_get(type);
     KILN_ASSERT(t);
     size_t row = kiln_row_bytes(t->vec_dot_type, (uint64_t)n);
-    return flipped_offset(row, n, B) + (size_t)(B < SMALL_B ? B : SMALL_B) * (size_t)n;
+    const size_t flipped = (size_t)(B < SMALL_B ? B : SMALL_B) * (size_t)n, sums = (size_t)B * (size_t)(n / 32) * sizeof(int32_t);
+    return flipped_offset(row, n, B) + (flipped > sums ? flipped : sums);
 }
 
 /* Up to CPU_MATMUL_MAX_W weights of one type and input width against the same activation rows, in one pool run
@@ -50,6 +59,7 @@ typedef struct matmul_job {
     float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
     uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), the single-row kernel's k4
                              * order (cpu_gemm_row1_reads_yu), else NULL */
+    int32_t *ys;            /* interleaved weights (cpu_repack.h): B rows of n/32 block sums times -128, else NULL */
     size_t qrow, wrow;
     int B, n;
 } matmul_job;
@@ -66,6 +76,12 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
         for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
+        if (j->ys)
+            for (int ib = 0; ib < nb; ib++) {
+                int32_t sum = 0;
+                for (int k = 0; k < QK8_0; k++) sum += blk[ib].qs[k];
+                j->ys[(size_t)b * nb + ib] = -128 * sum;
+            }
         if (j->yu) cpu_gemm_flip_row(q, j->n, j->yu + (size_t)b * j->n);
     }
 }
@@ -77,7 +93,14 @@ static void dot_weight_rows(const matmul_job *j, const kiln_weight *W, float *ou
     /* this thread's weight rows against the activation rows, one L2-sized block of those at a time
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
-                             .yd = j->yd, .yu = j->yu, .out = out, .out_stride = (size_t)rows};
+                             .yd = j->yd, .yu = j->yu, .ys = j->ys, .out = out, .out_stride = (size_t)rows};
+    if (W->interleave) { /* every row count: one kernel, so a row's result never depends on the batch */
+        const cpu_gemm_fn r16 = KILN_X86 && kiln_cpu_level() >= KILN_CPU_AVX512 ? R16_FAST : cpu_gemm_q8_0_r16_ref;
+        int step = (int)(ACT_BLOCK_BYTES / j->qrow) / 8 * 8;
+        if (step < 8) step = 8;
+        for (int b = 0; b < j->B; b += step) r16(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
+        return;
+    }
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
         const cpu_gemm_fn kernel = j->B == 1 ? cpu_gemm_row1_select(dot) : cpu_gemm_rows_select(dot);
         if (kernel) kernel(&a, lo, hi, 0, j->B);
@@ -107,7 +130,7 @@ static void dot_rows(void *ctx, int lo, int hi, int ith) {
 /* Whether W[0..nw) can share one conversion and one run: one type, one input width. */
 static bool same_input(const kiln_weight *const *W, int nw) {
     for (int i = 1; i < nw; i++)
-        if (W[i]->type != W[0]->type || W[i]->ne[0] != W[0]->ne[0]) return false;
+        if (W[i]->type != W[0]->type || W[i]->ne[0] != W[0]->ne[0] || W[i]->interleave != W[0]->interleave) return false;
     return true;
 }
 
@@ -139,7 +162,8 @@ void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const fl
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
         const kiln_vec_dot_fn dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot;
-        if ((j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(dot)) || (B == 1 && cpu_gemm_row1_reads_yu(dot)))
+        if (W[0]->interleave) j.ys = (int32_t *)((uint8_t *)scratch + flipped_offset(j.qrow, j.n, B));
+        else if ((j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(dot)) || (B == 1 && cpu_gemm_row1_reads_yu(dot)))
             j.yu = (uint8_t *)scratch + flipped_offset(j.qrow, j.n, B);
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
         if (B > SMALL_B && !inline_run) kiln_pool_for(pool, B, 1, convert_rows, &j);

@@ -2,7 +2,9 @@
  * cpu_matmul.h — out (B, rows) = x (B, in) @ W^T for a weight of any supported type: the activation rows
  * are converted once to the weight's vec_dot type (by all threads), then the thread pool splits the weight
  * rows; one row is one vec_dot_fast call, 2..8 rows (batched decode) the small-batch product and more rows
- * the tiled block product (cpu_gemm.h), whose every (row, input) result equals that call's bit for bit.
+ * the tiled block product (cpu_gemm.h), whose every (row, input) result equals that call's bit for bit. A weight
+ * interleaved by the CPU backend (W->interleave, cpu_repack.h) runs its one kernel for every row count instead,
+ * each result cpu_dot_q8_0_r16's bit for bit.
  */
 #ifndef KILN_CPU_MATMUL_H
 #define KILN_CPU_MATMUL_H
