@@ -197,7 +197,7 @@ QEMU_AARCH64 ?= qemu-aarch64
 ARM_TEST_SRC := tests/main.c tests/test_base.c tests/test_formats.c tests/test_cpu_kernels.c \
                 $(filter-out $(X86_ONLY_SRC),$(wildcard src/base/*.c src/formats/*.c src/gguf/*.c)) \
                 src/backend/cpu/cpu_attn.c src/backend/cpu/cpu_attn_neon.c src/backend/cpu/cpu_gemm.c \
-                src/backend/cpu/cpu_matmul.c src/backend/cpu/cpu_ops.c
+                src/backend/cpu/cpu_matmul.c src/backend/cpu/cpu_ops.c src/backend/cpu/cpu_repack.c
 build/aarch64/kiln_kernel_tests: $(ARM_TEST_SRC:%.c=build/aarch64/%.o)
 	$(CROSS_CC) -static -pthread $(TEST_WRAP) -o $@ $^ -lm
 

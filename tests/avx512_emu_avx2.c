@@ -30,8 +30,14 @@ EMU_BIN_I(shuffle_epi8, _mm256_shuffle_epi8) /* both: per 128-bit lane */
 EMU_BIN_I(maddubs_epi16, _mm256_maddubs_epi16)
 EMU_BIN_I(madd_epi16, _mm256_madd_epi16)
 EMU_BIN_I(add_epi32, _mm256_add_epi32)
+EMU_BIN_I(or_si512, _mm256_or_si256)
+EMU_BIN_I(mullo_epi32, _mm256_mullo_epi32)
 #undef EMU_BIN_I
 
+AVX2EMU emu_m512i emu_srli_epi32(emu_m512i a, int n) {
+    const __m128i c = _mm_cvtsi32_si128(n);
+    return emu_i(_mm256_srl_epi32(a.lo, c), _mm256_srl_epi32(a.hi, c));
+}
 AVX2EMU emu_m512i emu_slli_epi32(emu_m512i a, int n) {
     const __m128i c = _mm_cvtsi32_si128(n);
     return emu_i(_mm256_sll_epi32(a.lo, c), _mm256_sll_epi32(a.hi, c));
@@ -172,6 +178,12 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define _mm512_madd_epi16 emu_madd_epi16
 #undef _mm512_add_epi32
 #define _mm512_add_epi32 emu_add_epi32
+#undef _mm512_or_si512
+#define _mm512_or_si512 emu_or_si512
+#undef _mm512_mullo_epi32
+#define _mm512_mullo_epi32 emu_mullo_epi32
+#undef _mm512_srli_epi32
+#define _mm512_srli_epi32 emu_srli_epi32
 #undef _mm512_slli_epi32
 #define _mm512_slli_epi32 emu_slli_epi32
 #undef _mm512_ternarylogic_epi32
@@ -255,6 +267,7 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 #define cpu_gemm_row1_q4_K_vnni emu_gemm_row1_q4_K_vnni
 #define cpu_gemm_row1_q6_K_avx512 emu_gemm_row1_q6_K_avx512
 #define cpu_gemm_q8_0_r16_avx512 emu_gemm_q8_0_r16_avx512
+#define cpu_gemm_q4_K_r16_avx512 emu_gemm_q4_K_r16_avx512
 
 /* this file is compiled for AVX2 (its name): so are the kernels included here */
 #include "formats/dot_avx512.c"
@@ -265,4 +278,4 @@ AVX2EMU __m256d emu_extractf64x4_pd(emu_m512d v, int imm) { return imm & 1 ? v.h
 const avx512_kernels avx512_emulated = {emu_dot_q8_0_vnni, emu_dot_q4_0_vnni, emu_dot_q4_K_vnni,
                                         emu_gemm_q8_0_avx512, emu_gemm_q4_0_avx512, emu_gemm_q4_K_avx512,
                                         emu_gemm_rows_q8_0_vnni, emu_gemm_rows_q4_0_vnni, emu_gemm_row1_q4_K_vnni,
-                                        emu_gemm_row1_q6_K_avx512, emu_gemm_q8_0_r16_avx512};
+                                        emu_gemm_row1_q6_K_avx512, emu_gemm_q8_0_r16_avx512, emu_gemm_q4_K_r16_avx512};

@@ -15,7 +15,7 @@ typedef struct avx512_kernels {
     cpu_gemm_fn rows_q8_0, rows_q4_0; /* the small-batch kernels (a->yu) */
     cpu_gemm_fn row1_q4_K;            /* Q4_K against one activation row */
     cpu_gemm_fn row1_q6_K;            /* Q6_K against one activation row (its dot: kiln_dot_q6_K_avx2) */
-    cpu_gemm_fn r16_q8_0;             /* Q8_0 rows interleaved by 16 (cpu_repack.h), any number of activation rows */
+    cpu_gemm_fn r16_q8_0, r16_q4_K;   /* Q8_0 / Q4_K rows interleaved by 16 (cpu_repack.h), any number of activation rows */
 } avx512_kernels;
 
 #if KILN_X86

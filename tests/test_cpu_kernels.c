@@ -323,36 +323,35 @@ TEST(cpu_attn_round_f16_equals_scalar_pair) {
 
 
 #if KILN_X86
-/* Q8_0 weights interleaved by 16 (cpu_repack.h): groups of 16 random rows of n values repacked, activation rows
- * converted as cpu_matmul does (scales as floats, block sums times -128); `fast` over groups [g0, g1) x activation
- * rows [b0, b1) against cpu_dot_q8_0_r16 on the file's rows cell by cell, and the scalar kernel over the copy,
- * bit for bit; cells outside stay untouched; and the reference within float tolerance of the type's scalar dot. */
-static void r16_case(cpu_gemm_fn fast, int n, int groups, int na, int g0, int g1, int b0, int b1, uint64_t *rng) {
-    enum { MAXG = 3, MAXA = 11, MAXN = 1024, ROWB = MAXN / 32 * 34 };
+/* Weights interleaved by 16 (cpu_repack.h; Q8_0 or Q4_K): groups of 16 random rows of n values repacked,
+ * activation rows converted as cpu_matmul does (Q8_0 scales as floats, cpu_r16_act_sums); `fast` over groups
+ * [g0, g1) x activation rows [b0, b1) against the type's cpu_dot_*_r16 on the file's rows cell by cell, and the
+ * scalar kernel over the copy, bit for bit; cells outside stay untouched; and that reference within float
+ * tolerance of the type's scalar dot. */
+static void r16_case(uint32_t type, cpu_gemm_fn fast, int n, int groups, int na, int g0, int g1, int b0, int b1, uint64_t *rng) {
+    enum { MAXG = 3, MAXA = 11, MAXN = 1024, ROWB = MAXN / 32 * 34, YB = MAXN / 256 * 292 };
+    const bool k4 = type == KILN_TYPE_Q4_K;
     const int nw = groups * CPU_R16, nb = n / 32;
-    static uint8_t w[MAXG * CPU_R16 * ROWB], packed[MAXG * CPU_R16 * ROWB] __attribute__((aligned(64))), y[MAXA][ROWB];
+    static uint8_t w[MAXG * CPU_R16 * ROWB], packed[MAXG * CPU_R16 * ROWB] __attribute__((aligned(64))), y[MAXA][YB];
     static float yd[MAXA * (MAXN / 32)], got[MAXA * MAXG * CPU_R16], ref[MAXA * MAXG * CPU_R16];
     static int32_t ys[MAXA * (MAXN / 32)];
-    const kiln_type_info *ti = kiln_type_get(KILN_TYPE_Q8_0);
-    const size_t row = (size_t)nb * 34;
+    const kiln_type_info *ti = kiln_type_get(type);
+    const size_t row = kiln_row_bytes(type, (uint64_t)n);
+    float (*dot_r16)(int, const void *, const void *) = k4 ? cpu_dot_q4_K_r16 : cpu_dot_q8_0_r16;
     float xf[MAXN];
     for (int r = 0; r < nw; r++) {
-        for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (1 + r % 3);
+        for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (1 + r % 3) + (k4 && r % 2 ? 0.5f : 0.0f);
         ti->from_float(xf, w + (size_t)r * row, n);
     }
-    const kiln_weight wt = {.data = w, .type = KILN_TYPE_Q8_0, .ne = {(uint64_t)n, (uint64_t)nw, 1}, .nbytes = row * (size_t)nw};
+    const kiln_weight wt = {.data = w, .type = type, .ne = {(uint64_t)n, (uint64_t)nw, 1}, .nbytes = row * (size_t)nw};
     CHECK(cpu_repack_fits(&wt));
-    cpu_repack_q8_0_r16(&wt, packed, 0, groups);
+    cpu_repack_r16(&wt, packed, 0, groups);
     for (int b = 0; b < na; b++) {
         for (int i = 0; i < n; i++) xf[i] = test_rand_normal(rng) * (b % 4 ? 1.0f : 20.0f);
-        kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, xf, y[b], n);
-        const block_q8_0 *blk = (const block_q8_0 *)y[b];
-        for (int ib = 0; ib < nb; ib++) {
-            int32_t sum = 0;
-            for (int k = 0; k < 32; k++) sum += blk[ib].qs[k];
-            yd[b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
-            ys[b * nb + ib] = -128 * sum;
-        }
+        kiln_quantize_row_for_dot(type, xf, y[b], n);
+        cpu_r16_act_sums(type, y[b], n, ys + b * nb);
+        if (!k4)
+            for (int ib = 0; ib < nb; ib++) yd[b * nb + ib] = kiln_f16_to_f32(((const block_q8_0 *)y[b])[ib].d);
     }
     const cpu_gemm_args a = {.n = n, .w = packed, .w_stride = row, .y = y[0], .y_stride = sizeof y[0], .yd = yd,
                              .ys = ys, .out = got, .out_stride = MAXG * CPU_R16};
@@ -360,20 +359,20 @@ static void r16_case(cpu_gemm_fn fast, int n, int groups, int na, int g0, int g1
     aref.out = ref;
     for (int i = 0; i < MAXA * MAXG * CPU_R16; i++) got[i] = ref[i] = -1234.5f;
     fast(&a, g0 * CPU_R16, g1 * CPU_R16, b0, b1);
-    cpu_gemm_q8_0_r16_ref(&aref, g0 * CPU_R16, g1 * CPU_R16, b0, b1);
+    (k4 ? cpu_gemm_q4_K_r16_ref : cpu_gemm_q8_0_r16_ref)(&aref, g0 * CPU_R16, g1 * CPU_R16, b0, b1);
     for (int b = 0; b < na; b++)
         for (int r = 0; r < nw; r++) {
             const bool in = r >= g0 * CPU_R16 && r < g1 * CPU_R16 && b >= b0 && b < b1;
-            const float want = in ? cpu_dot_q8_0_r16(n, w + (size_t)r * row, y[b]) : -1234.5f;
+            const float want = in ? dot_r16(n, w + (size_t)r * row, y[b]) : -1234.5f;
             const float cell = got[b * MAXG * CPU_R16 + r];
             CHECKF(!memcmp(&want, &cell, sizeof want) && !memcmp(&want, &ref[b * MAXG * CPU_R16 + r], sizeof want),
-                   "r16 n %d groups [%d,%d) acts [%d,%d) cell (%d,%d): dot %.9g kernel %.9g scalar kernel %.9g", n, g0, g1,
-                   b0, b1, r, b, want, cell, ref[b * MAXG * CPU_R16 + r]);
+                   "r16 %s n %d groups [%d,%d) acts [%d,%d) cell (%d,%d): dot %.9g kernel %.9g scalar kernel %.9g", ti->name,
+                   n, g0, g1, b0, b1, r, b, want, cell, ref[b * MAXG * CPU_R16 + r]);
             if (!in) continue;
             float plain = NAN;
             ti->vec_dot(n, &plain, w + (size_t)r * row, y[b]);
-            CHECKF(fabsf(plain - want) <= 1e-4f * (1.0f + fabsf(plain)), "r16 n %d cell (%d,%d): %.9g vs the plain dot %.9g",
-                   n, r, b, want, plain);
+            CHECKF(fabsf(plain - want) <= 1e-4f * (1.0f + fabsf(plain)), "r16 %s n %d cell (%d,%d): %.9g vs the plain dot %.9g",
+                   ti->name, n, r, b, want, plain);
         }
 }
 
@@ -435,8 +434,11 @@ static void check_avx512_kernels(const avx512_kernels *k) {
     }
     /* Q8_0 rows interleaved by 16: 1..11 activation rows (the tile's 8 and its edges), sub-ranges of groups */
     for (int na = 1; na <= 11; na++) {
-        r16_case(k->r16_q8_0, na % 2 ? 576 : 128, 1 + na % 3, na, 0, 1 + na % 3, 0, na, &rng);
-        if (na > 2) r16_case(k->r16_q8_0, 1024, 3, na, 1, 3, 1, na - 1, &rng);
+        r16_case(KILN_TYPE_Q8_0, k->r16_q8_0, na % 2 ? 576 : 128, 1 + na % 3, na, 0, 1 + na % 3, 0, na, &rng);
+        r16_case(KILN_TYPE_Q4_K, k->r16_q4_K, na % 2 ? 768 : 256, 1 + na % 3, na, 0, 1 + na % 3, 0, na, &rng);
+        if (na < 3) continue;
+        r16_case(KILN_TYPE_Q8_0, k->r16_q8_0, 1024, 3, na, 1, 3, 1, na - 1, &rng);
+        r16_case(KILN_TYPE_Q4_K, k->r16_q4_K, 1024, 3, na, 1, 3, 1, na - 1, &rng);
     }
     /* Q6_K's single-row kernel against the dot of its level (Q6_K has no VNNI dot) */
     static const int q6_sizes[2] = {768, 256};
@@ -452,7 +454,7 @@ TEST(cpu_avx512_kernels_bit_identical_to_avx2) {
     const avx512_kernels real = {kiln_dot_q8_0_vnni, kiln_dot_q4_0_vnni, kiln_dot_q4_K_vnni,
                                  cpu_gemm_q8_0_avx512, cpu_gemm_q4_0_avx512, cpu_gemm_q4_K_avx512,
                                  cpu_gemm_rows_q8_0_vnni, cpu_gemm_rows_q4_0_vnni, cpu_gemm_row1_q4_K_vnni,
-                                 cpu_gemm_row1_q6_K_avx512, cpu_gemm_q8_0_r16_avx512};
+                                 cpu_gemm_row1_q6_K_avx512, cpu_gemm_q8_0_r16_avx512, cpu_gemm_q4_K_r16_avx512};
     check_avx512_kernels(&real);
     /* and the backend picks them at the avx512 level */
     if (kiln_cpu_level() == KILN_CPU_AVX512) {
@@ -607,59 +609,64 @@ TEST(cpu_softmax_swiglu_avx2_match_reference) {
 }
 #endif
 
-/* cpu_matmul over a Q8_0 weight interleaved by 16 (what the CPU backend does at the avx512 level; the scalar kernel
- * elsewhere) gives cpu_dot_q8_0_r16 of every pair bit for bit for 1, 3, 8, 9 and 40 activation rows, alone and as
- * one of three weights in cpu_matmul_n (rows 48 + 16 + 32: the pool's chunks fall inside the groups' bounds). */
-TEST(cpu_matmul_interleaved_q8_0_equals_r16_dots) {
+/* cpu_matmul over Q8_0 and Q4_K weights interleaved by 16 (what the CPU backend does at the avx512 level; the
+ * scalar kernels elsewhere) gives the type's cpu_dot_*_r16 of every pair bit for bit for 1, 3, 8, 9 and 40
+ * activation rows, alone and as one of three weights in cpu_matmul_n (rows 48 + 16 + 32: the pool's chunks fall
+ * inside the groups' bounds). */
+TEST(cpu_matmul_interleaved_equals_r16_dots) {
     kiln_formats_init();
-    enum { N = 576, MAXB = 40, NW = 3 };
+    enum { N = 768, MAXB = 40, NW = 3 };
     static const int rows[NW] = {48, 16, 32}, batches[] = {1, 3, 8, 9, MAXB};
+    static const uint32_t types[] = {KILN_TYPE_Q8_0, KILN_TYPE_Q4_K};
     kiln_pool *pool = NULL;
     REQUIRE_OK(kiln_pool_open(2, &pool));
     uint64_t rng = 0x72313671;
-    const size_t rb = kiln_row_bytes(KILN_TYPE_Q8_0, N);
     static float x[MAXB * N], wf[N], got[NW][MAXB * 48], alone[MAXB * 48];
-    static uint8_t yq[N / 32 * 34];
+    static uint8_t yq[N / 256 * 292];
     for (int i = 0; i < MAXB * N; i++) x[i] = test_rand_normal(&rng);
-    void *scratch = malloc(cpu_matmul_scratch_bytes(KILN_TYPE_Q8_0, N, MAXB));
-    REQUIRE(scratch != NULL);
-    kiln_weight file[NW], w[NW];
-    uint8_t *data[NW], *packed[NW];
-    for (int i = 0; i < NW; i++) {
-        data[i] = malloc(rb * (size_t)rows[i]);
-        packed[i] = aligned_alloc(64, rb * (size_t)rows[i]);
-        REQUIRE(data[i] && packed[i]);
-        for (int r = 0; r < rows[i]; r++) {
-            for (int c = 0; c < N; c++) wf[c] = 0.1f * test_rand_normal(&rng);
-            kiln_type_get(KILN_TYPE_Q8_0)->from_float(wf, data[i] + (size_t)r * rb, N);
-        }
-        file[i] = (kiln_weight){.data = data[i], .type = KILN_TYPE_Q8_0, .ne = {N, (uint64_t)rows[i], 1},
-                                .nbytes = rb * (size_t)rows[i]};
-        cpu_repack_q8_0_r16(&file[i], packed[i], 0, rows[i] / CPU_R16);
-        w[i] = file[i];
-        w[i].data = packed[i];
-        w[i].interleave = CPU_R16;
-    }
-    const kiln_weight *wp[NW] = {&w[0], &w[1], &w[2]};
-    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
-        const int B = batches[bi];
-        float *outs[NW] = {got[0], got[1], got[2]};
-        cpu_matmul_n(pool, NW, wp, x, B, outs, scratch);
+    for (int t = 0; t < 2; t++) {
+        const uint32_t type = types[t];
+        const size_t rb = kiln_row_bytes(type, N);
+        float (*dot_r16)(int, const void *, const void *) = type == KILN_TYPE_Q4_K ? cpu_dot_q4_K_r16 : cpu_dot_q8_0_r16;
+        void *scratch = malloc(cpu_matmul_scratch_bytes(type, N, MAXB));
+        REQUIRE(scratch != NULL);
+        kiln_weight w[NW];
+        uint8_t *data[NW], *packed[NW];
         for (int i = 0; i < NW; i++) {
-            cpu_matmul(pool, &w[i], x, B, alone, scratch);
-            CHECKF(!memcmp(alone, got[i], sizeof(float) * (size_t)B * (size_t)rows[i]), "B %d weight %d: cpu_matmul_n differs", B, i);
-            for (int b = 0; b < B; b++) {
-                kiln_quantize_row_for_dot(KILN_TYPE_Q8_0, x + (size_t)b * N, yq, N);
-                for (int r = 0; r < rows[i]; r++) {
-                    const float want = cpu_dot_q8_0_r16(N, data[i] + (size_t)r * rb, yq);
-                    CHECKF(!memcmp(&want, &alone[(size_t)b * rows[i] + r], sizeof want), "B %d weight %d cell (%d,%d): %.9g vs %.9g",
-                           B, i, r, b, alone[(size_t)b * rows[i] + r], want);
+            data[i] = malloc(rb * (size_t)rows[i]);
+            packed[i] = aligned_alloc(64, rb * (size_t)rows[i]);
+            REQUIRE(data[i] && packed[i]);
+            for (int r = 0; r < rows[i]; r++) {
+                for (int c = 0; c < N; c++) wf[c] = 0.1f * test_rand_normal(&rng);
+                kiln_type_get(type)->from_float(wf, data[i] + (size_t)r * rb, N);
+            }
+            w[i] = (kiln_weight){.data = data[i], .type = type, .ne = {N, (uint64_t)rows[i], 1}, .nbytes = rb * (size_t)rows[i]};
+            cpu_repack_r16(&w[i], packed[i], 0, rows[i] / CPU_R16);
+            w[i].data = packed[i];
+            w[i].interleave = CPU_R16;
+        }
+        const kiln_weight *wp[NW] = {&w[0], &w[1], &w[2]};
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            const int B = batches[bi];
+            float *outs[NW] = {got[0], got[1], got[2]};
+            cpu_matmul_n(pool, NW, wp, x, B, outs, scratch);
+            for (int i = 0; i < NW; i++) {
+                cpu_matmul(pool, &w[i], x, B, alone, scratch);
+                CHECKF(!memcmp(alone, got[i], sizeof(float) * (size_t)B * (size_t)rows[i]), "type %u B %d weight %d: cpu_matmul_n differs",
+                       type, B, i);
+                for (int b = 0; b < B; b++) {
+                    kiln_quantize_row_for_dot(type, x + (size_t)b * N, yq, N);
+                    for (int r = 0; r < rows[i]; r++) {
+                        const float want = dot_r16(N, data[i] + (size_t)r * rb, yq);
+                        CHECKF(!memcmp(&want, &alone[(size_t)b * rows[i] + r], sizeof want),
+                               "type %u B %d weight %d cell (%d,%d): %.9g vs %.9g", type, B, i, r, b, alone[(size_t)b * rows[i] + r], want);
+                    }
                 }
             }
         }
+        for (int i = 0; i < NW; i++) free(data[i]), free(packed[i]);
+        free(scratch);
     }
-    for (int i = 0; i < NW; i++) free(data[i]), free(packed[i]);
-    free(scratch);
     kiln_pool_close(pool);
 }
 

@@ -538,3 +538,104 @@ void cpu_gemm_q8_0_r16_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, in
     for (; r < r1; r += CPU_R16)
         for (int b = b0; b < b1; b += R16_TN) tab[(b1 - b < R16_TN ? b1 - b : R16_TN) - 1](a, r, b);
 }
+
+/* ---------------------------------------------------------------- Q4_K rows interleaved by 16 (cpu_repack.h) */
+
+/* Activation rows of a tile: per row two run sums, the block's total, acc and accm. */
+#define K4R_TN 4
+
+/* Byte q (0..3) of each 32-bit lane, as an int32 lane. */
+static INLINE __m512i k4r_byte(__m512i v, const int q) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * q), _mm512_set1_epi32(0xff));
+}
+
+/* Weight rows r..r + 15 (and with tm = 2 the group at r2) x activation rows b..b + tn - 1, a lane per weight row:
+ * per block the 6-bit scales and mins unpacked from the three words of each row (kiln_k4_scales_mins lane-wise),
+ * the mins against the runs' activation sums (a->ys: int16 pairs) by 4 vpdpwssd, then per 64-value run 8 steps of
+ * a 64-byte load, its low and high nibbles (unsigned) each against the activation's 4 bytes broadcast (signed),
+ * the two run sums times their scales; then cpu_dot_q4_K_r16's two FMAs. With tm = 2 (one activation row:
+ * decode) the two groups are two streams, each prefetched R16_PREFETCH ahead. */
+static INLINE void k4r16_tile(const cpu_gemm_args *a, int r, int r2, int b, const int tm, const int tn) {
+    const int nb = a->n / QK_K;
+    const bool stream = tm == 2;
+    const uint8_t *grp[2] = {a->w + (size_t)r * a->w_stride, a->w + (size_t)r2 * a->w_stride};
+    const block_q8_K *y[K4R_TN];
+    const int32_t *ys[K4R_TN];
+    __m512 acc[2][K4R_TN], accm[2][K4R_TN];
+    UNROLL for (int j = 0; j < tn; j++) {
+        y[j] = (const block_q8_K *)(a->y + (size_t)(b + j) * a->y_stride);
+        ys[j] = a->ys + (size_t)(b + j) * (size_t)(a->n / 32);
+        UNROLL for (int g = 0; g < tm; g++) acc[g][j] = accm[g][j] = _mm512_setzero_ps();
+    }
+    const __m512i lo6 = _mm512_set1_epi32(0x3f3f3f3f), lo4 = _mm512_set1_epi32(0x0f0f0f0f),
+                  lo2 = _mm512_set1_epi32(0x03030303), even16 = _mm512_set1_epi32(0x00ff00ff), nib = _mm512_set1_epi8(0x0f);
+    for (int ib = 0; ib < nb; ib++) {
+        UNROLL for (int g = 0; g < tm; g++) {
+            const uint8_t *blk = grp[g] + (size_t)ib * CPU_R16_K4_BLOCK;
+            const __m512i u0 = _mm512_loadu_si512(blk + CPU_R16_K4_U), u1 = _mm512_loadu_si512(blk + CPU_R16_K4_U + 64),
+                          u2 = _mm512_loadu_si512(blk + CPU_R16_K4_U + 128);
+            const __m512i sc[2] = {_mm512_and_si512(u0, lo6),
+                                   _mm512_or_si512(_mm512_and_si512(u2, lo4),
+                                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), lo2), 4))};
+            const __m512i mn[2] = {_mm512_and_si512(u1, lo6),
+                                   _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), lo4),
+                                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), lo2), 4))};
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+            const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 2 * CPU_R16)));
+            /* the mins: lanes of int16 pairs (runs 0 and 2, 1 and 3; 4 and 6, 5 and 7) against ys's pairs */
+            UNROLL for (int j = 0; j < tn; j++) {
+                __m512i msum = _mm512_setzero_si512();
+                UNROLL for (int h = 0; h < 2; h++) {
+                    msum = _mm512_dpwssd_epi32(msum, _mm512_and_si512(mn[h], even16), _mm512_set1_epi32(ys[j][4 * ib + 2 * h]));
+                    msum = _mm512_dpwssd_epi32(msum, _mm512_and_si512(_mm512_srli_epi32(mn[h], 8), even16),
+                                               _mm512_set1_epi32(ys[j][4 * ib + 2 * h + 1]));
+                }
+                accm[g][j] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_set1_ps(y[j][ib].d)), _mm512_cvtepi32_ps(msum), accm[g][j]);
+            }
+            __m512i tot[K4R_TN];
+            UNROLL for (int j = 0; j < tn; j++) tot[j] = _mm512_setzero_si512();
+            UNROLL for (int jr = 0; jr < 4; jr++) {
+                __m512i il[K4R_TN], ih[K4R_TN];
+                UNROLL for (int j = 0; j < tn; j++) il[j] = ih[j] = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 8; k++) {
+                    const uint8_t *q = blk + CPU_R16_K4_QS + (size_t)(jr * 8 + k) * 4 * CPU_R16;
+                    if (stream) _mm_prefetch((const char *)q + R16_PREFETCH, _MM_HINT_T0);
+                    const __m512i w = _mm512_loadu_si512(q);
+                    const __m512i wl = _mm512_and_si512(w, nib), wh = _mm512_and_si512(_mm512_srli_epi32(w, 4), nib);
+                    UNROLL for (int j = 0; j < tn; j++) {
+                        int32_t vl, vh;
+                        memcpy(&vl, y[j][ib].qs + 64 * jr + 4 * k, sizeof vl);
+                        memcpy(&vh, y[j][ib].qs + 64 * jr + 32 + 4 * k, sizeof vh);
+                        il[j] = _mm512_dpbusd_epi32(il[j], wl, _mm512_set1_epi32(vl));
+                        ih[j] = _mm512_dpbusd_epi32(ih[j], wh, _mm512_set1_epi32(vh));
+                    }
+                }
+                /* runs 2 jr (low nibbles) and 2 jr + 1 (high): bytes 2 (jr % 2) and 2 (jr % 2) + 1 of sc[jr / 2] */
+                const __m512i s_lo = k4r_byte(sc[jr / 2], 2 * (jr % 2)), s_hi = k4r_byte(sc[jr / 2], 2 * (jr % 2) + 1);
+                UNROLL for (int j = 0; j < tn; j++)
+                    tot[j] = _mm512_add_epi32(tot[j], _mm512_add_epi32(_mm512_mullo_epi32(il[j], s_lo), _mm512_mullo_epi32(ih[j], s_hi)));
+            }
+            UNROLL for (int j = 0; j < tn; j++)
+                acc[g][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(y[j][ib].d)), _mm512_cvtepi32_ps(tot[j]), acc[g][j]);
+        }
+    }
+    UNROLL for (int j = 0; j < tn; j++) UNROLL for (int g = 0; g < tm; g++)
+        _mm512_storeu_ps(a->out + (size_t)(b + j) * a->out_stride + (size_t)(g ? r2 : r), _mm512_sub_ps(acc[g][j], accm[g][j]));
+}
+
+#define K4R_TILE(tn) static void k4r16_##tn(const cpu_gemm_args *a, int r, int b) { k4r16_tile(a, r, r, b, 1, tn); }
+K4R_TILE(1) K4R_TILE(2) K4R_TILE(3) K4R_TILE(4)
+#undef K4R_TILE
+
+void cpu_gemm_q4_K_r16_avx512(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    static const cpu_gemm_tile_fn tab[K4R_TN] = {k4r16_1, k4r16_2, k4r16_3, k4r16_4};
+    KILN_ASSERT(r0 % CPU_R16 == 0 && r1 % CPU_R16 == 0);
+    int r = r0;
+    if (b1 - b0 == 1) { /* one activation row: the first half of the groups with the second, as two streams */
+        const int half = (r1 - r0) / CPU_R16 / 2 * CPU_R16;
+        for (; r < r0 + half; r += CPU_R16) k4r16_tile(a, r, r + half, b0, 2, 1);
+        r += half;
+    }
+    for (; r < r1; r += CPU_R16)
+        for (int b = b0; b < b1; b += K4R_TN) tab[(b1 - b < K4R_TN ? b1 - b : K4R_TN) - 1](a, r, b);
+}

@@ -18,13 +18,6 @@
 /* output rows per chunk of the pool: a multiple of a cache line of floats */
 #define ROW_GRAIN 16
 
-/* the interleaved Q8_0 kernel of this build (cpu_gemm_avx512.c exists only on x86) */
-#if KILN_X86
-#define R16_FAST cpu_gemm_q8_0_r16_avx512
-#else
-#define R16_FAST cpu_gemm_q8_0_r16_ref
-#endif
-
 /* activation bytes per cache block of the tiled product: the block stays in L2 while a thread's weight
  * rows stream past it once */
 #define ACT_BLOCK_BYTES (192u << 10)
@@ -33,7 +26,7 @@
 static size_t scales_offset(size_t row, int B) { return (row * (size_t)B + 63) & ~(size_t)63; }
 
 /* ... then (the VNNI rows kernels) the flipped bytes of up to SMALL_B rows, or (the VNNI single-row Q4_K kernel)
- * the row's values in k4 order, or (interleaved Q8_0 weights) the rows' block sums times -128. */
+ * the row's values in k4 order, or (interleaved weights) the rows' activation sums (cpu_r16_act_sums). */
 static size_t flipped_offset(size_t row, int n, int B) {
     return (scales_offset(row, B) + (size_t)B * (size_t)(n / 32 + 1) * sizeof(float) + 63) & ~(size_t)63;
 }
@@ -59,7 +52,7 @@ typedef struct matmul_job {
     float *yd;              /* Q8_0 activations: B rows of n/32 block scales as floats, else NULL */
     uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), the single-row kernel's k4
                              * order (cpu_gemm_row1_reads_yu), else NULL */
-    int32_t *ys;            /* interleaved weights (cpu_repack.h): B rows of n/32 block sums times -128, else NULL */
+    int32_t *ys;            /* interleaved weights (cpu_repack.h): B rows of cpu_r16_act_sums (n/32 words apart), else NULL */
     size_t qrow, wrow;
     int B, n;
 } matmul_job;
@@ -69,6 +62,7 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
     for (int b = lo; b < hi; b++) {
         uint8_t *q = (uint8_t *)j->qx + (size_t)b * j->qrow;
         kiln_quantize_row_for_dot(j->W[0]->type, j->x + (size_t)b * j->n, q, j->n);
+        if (j->ys) cpu_r16_act_sums(j->W[0]->type, q, j->n, j->ys + (size_t)b * (size_t)(j->n / 32));
         if (!j->yd) {
             if (j->yu) cpu_gemm_k4_order_row(q, j->n, j->yu + (size_t)b * j->n);
             continue;
@@ -76,12 +70,6 @@ static void convert_rows(void *ctx, int lo, int hi, int ith) {
         const int nb = j->n / 32;
         const block_q8_0 *blk = (const block_q8_0 *)q;
         for (int ib = 0; ib < nb; ib++) j->yd[(size_t)b * nb + ib] = kiln_f16_to_f32(blk[ib].d);
-        if (j->ys)
-            for (int ib = 0; ib < nb; ib++) {
-                int32_t sum = 0;
-                for (int k = 0; k < QK8_0; k++) sum += blk[ib].qs[k];
-                j->ys[(size_t)b * nb + ib] = -128 * sum;
-            }
         if (j->yu) cpu_gemm_flip_row(q, j->n, j->yu + (size_t)b * j->n);
     }
 }
@@ -95,7 +83,7 @@ static void dot_weight_rows(const matmul_job *j, const kiln_weight *W, float *ou
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .yu = j->yu, .ys = j->ys, .out = out, .out_stride = (size_t)rows};
     if (W->interleave) { /* every row count: one kernel, so a row's result never depends on the batch */
-        const cpu_gemm_fn r16 = KILN_X86 && kiln_cpu_level() >= KILN_CPU_AVX512 ? R16_FAST : cpu_gemm_q8_0_r16_ref;
+        const cpu_gemm_fn r16 = cpu_gemm_r16_select(W->type);
         int step = (int)(ACT_BLOCK_BYTES / j->qrow) / 8 * 8;
         if (step < 8) step = 8;
         for (int b = 0; b < j->B; b += step) r16(&a, lo, hi, b, b + step < j->B ? b + step : j->B);

@@ -1,5 +1,5 @@
-/* cpu_repack.c — Q8_0 weights in groups of 16 interleaved rows (cpu_repack.h): the copy made at open, the
- * scalar reference of the kernels over it, and the choice of which weights a backend repacks. */
+/* cpu_repack.c — Q8_0 and Q4_K weights in groups of 16 interleaved rows (cpu_repack.h): the copies made at open,
+ * the scalar references of the kernels over them, and the choice of which weights a backend repacks. */
 #include "backend/cpu/cpu_repack.h"
 
 #include <math.h>
@@ -16,11 +16,11 @@
 #define REPACK_ALIGN (2u << 20)   /* the copies' buffer on huge-page bounds */
 
 bool cpu_repack_fits(const kiln_weight *w) {
-    return w && w->type == KILN_TYPE_Q8_0 && w->interleave == 0 && w->ne[2] == 1 && w->ne[1] > 0 &&
-           w->ne[1] % CPU_R16 == 0 && w->ne[0] > 0 && w->ne[0] % 64 == 0 && w->ne[0] <= (1u << 24);
+    return w && (w->type == KILN_TYPE_Q4_K || (w->type == KILN_TYPE_Q8_0 && w->ne[0] % 64 == 0)) && w->interleave == 0 &&
+           w->ne[2] == 1 && w->ne[1] > 0 && w->ne[1] % CPU_R16 == 0 && w->ne[0] > 0 && w->ne[0] <= (1u << 24);
 }
 
-void cpu_repack_q8_0_r16(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
+static void repack_q8_0(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
     const int nb = (int)(w->ne[0] / QK8_0);
     const size_t row = (size_t)nb * sizeof(block_q8_0);
     for (int g = g0; g < g1; g++) {
@@ -43,6 +43,35 @@ void cpu_repack_q8_0_r16(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
     }
 }
 
+static void repack_q4_K(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
+    const int nb = (int)(w->ne[0] / QK_K);
+    const size_t row = (size_t)nb * sizeof(block_q4_K);
+    for (int g = g0; g < g1; g++) {
+        const block_q4_K *x[CPU_R16];
+        for (int i = 0; i < CPU_R16; i++)
+            x[i] = (const block_q4_K *)((const uint8_t *)w->data + ((size_t)g * CPU_R16 + (size_t)i) * row);
+        uint8_t *blk = dst + (size_t)g * CPU_R16 * row;
+        for (int ib = 0; ib < nb; ib++, blk += CPU_R16_K4_BLOCK) {
+            uint16_t *d = (uint16_t *)blk;
+            uint32_t *u = (uint32_t *)(blk + CPU_R16_K4_U);
+            uint8_t *qs = blk + CPU_R16_K4_QS;
+            for (int i = 0; i < CPU_R16; i++) {
+                d[i] = x[i][ib].d;
+                d[CPU_R16 + i] = x[i][ib].dmin;
+                for (int k = 0; k < 3; k++) memcpy(&u[k * CPU_R16 + i], x[i][ib].scales + 4 * k, 4);
+            }
+            for (int jk = 0; jk < QK_K / 2 / 4; jk++) /* run j = jk / 8, step k = jk % 8: qs[4 jk..] */
+                for (int i = 0; i < CPU_R16; i++, qs += 4) memcpy(qs, x[i][ib].qs + 4 * jk, 4);
+        }
+    }
+}
+
+void cpu_repack_r16(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
+    KILN_ASSERT(cpu_repack_fits(w));
+    if (w->type == KILN_TYPE_Q4_K) repack_q4_K(w, dst, g0, g1);
+    else repack_q8_0(w, dst, g0, g1);
+}
+
 float cpu_dot_q8_0_r16(int n, const void *w_row, const void *y_row) {
     const block_q8_0 *x = w_row, *y = y_row;
     float acc = 0.0f;
@@ -52,6 +81,92 @@ float cpu_dot_q8_0_r16(int n, const void *w_row, const void *y_row) {
         acc = fmaf(kiln_f16_to_f32(x[ib].d) * kiln_f16_to_f32(y[ib].d), (float)s, acc);
     }
     return acc;
+}
+
+/* Block ib's integer sums against y: scale * run sums, and min * run activation sums (sc, mn: kiln_k4_scales_mins;
+ * q(v): the level of value v). */
+#define K4_R16_SUMS(sc, mn, q, y, tot, msum)                                                                   \
+    do {                                                                                                      \
+        tot = msum = 0;                                                                                       \
+        for (int s_ = 0; s_ < 8; s_++) {                                                                       \
+            int32_t run = 0;                                                                                  \
+            for (int l_ = 0; l_ < 32; l_++) run += (int32_t)q(32 * s_ + l_) * (y)->qs[32 * s_ + l_];           \
+            tot += (int32_t)(sc)[s_] * run;                                                                   \
+            msum += (int32_t)(mn)[s_] * ((y)->bsums[2 * s_] + (y)->bsums[2 * s_ + 1]);                         \
+        }                                                                                                     \
+    } while (0)
+
+float cpu_dot_q4_K_r16(int n, const void *w_row, const void *y_row) {
+    const block_q4_K *x = w_row;
+    const block_q8_K *y = y_row;
+    float acc = 0.0f, accm = 0.0f;
+    for (int ib = 0; ib < n / QK_K; ib++) {
+        uint8_t sc[8], mn[8];
+        kiln_k4_scales_mins(x[ib].scales, sc, mn);
+#define Q_FILE(v) ((x[ib].qs[32 * ((v) / 64) + (v) % 32] >> (4 * ((v) % 64 / 32))) & 15)
+        int32_t tot, msum;
+        K4_R16_SUMS(sc, mn, Q_FILE, &y[ib], tot, msum);
+#undef Q_FILE
+        acc = fmaf(kiln_f16_to_f32(x[ib].d) * y[ib].d, (float)tot, acc);
+        accm = fmaf(kiln_f16_to_f32(x[ib].dmin) * y[ib].d, (float)msum, accm);
+    }
+    return acc - accm;
+}
+
+void cpu_gemm_q4_K_r16_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
+    KILN_ASSERT(r0 % CPU_R16 == 0 && r1 % CPU_R16 == 0);
+    const int nb = a->n / QK_K;
+    for (int r = r0; r < r1; r += CPU_R16)
+        for (int b = b0; b < b1; b++) {
+            const block_q8_K *y = (const block_q8_K *)(a->y + (size_t)b * a->y_stride);
+            for (int i = 0; i < CPU_R16; i++) {
+                float acc = 0.0f, accm = 0.0f;
+                const uint8_t *blk = a->w + (size_t)r * a->w_stride;
+                for (int ib = 0; ib < nb; ib++, blk += CPU_R16_K4_BLOCK) {
+                    const uint16_t *d = (const uint16_t *)blk;
+                    const uint32_t *u = (const uint32_t *)(blk + CPU_R16_K4_U);
+                    const uint8_t *qs = blk + CPU_R16_K4_QS;
+                    uint8_t packed[12], sc[8], mn[8];
+                    for (int k = 0; k < 3; k++) memcpy(packed + 4 * k, &u[k * CPU_R16 + i], 4);
+                    kiln_k4_scales_mins(packed, sc, mn);
+#define Q_R16(v) ((qs[((v) / 64 * 8 + (v) % 32 / 4) * 4 * CPU_R16 + i * 4 + (v) % 4] >> (4 * ((v) % 64 / 32))) & 15)
+                    int32_t tot, msum;
+                    K4_R16_SUMS(sc, mn, Q_R16, &y[ib], tot, msum);
+#undef Q_R16
+                    acc = fmaf(kiln_f16_to_f32(d[i]) * y[ib].d, (float)tot, acc);
+                    accm = fmaf(kiln_f16_to_f32(d[CPU_R16 + i]) * y[ib].d, (float)msum, accm);
+                }
+                a->out[(size_t)b * a->out_stride + (size_t)(r + i)] = acc - accm;
+            }
+        }
+}
+
+void cpu_r16_act_sums(uint32_t type, const void *y, int n, int32_t *ys) {
+    if (type == KILN_TYPE_Q8_0) {
+        const block_q8_0 *blk = y;
+        for (int ib = 0; ib < n / QK8_0; ib++) {
+            int32_t sum = 0;
+            for (int k = 0; k < QK8_0; k++) sum += blk[ib].qs[k];
+            ys[ib] = -128 * sum;
+        }
+        return;
+    }
+    KILN_ASSERT(type == KILN_TYPE_Q4_K);
+    static const int pair[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+    const block_q8_K *blk = y;
+    for (int ib = 0; ib < n / QK_K; ib++)
+        for (int p = 0; p < 4; p++) {
+            const int s0 = pair[p][0], s1 = pair[p][1];
+            const int32_t lo = blk[ib].bsums[2 * s0] + blk[ib].bsums[2 * s0 + 1], hi = blk[ib].bsums[2 * s1] + blk[ib].bsums[2 * s1 + 1];
+            ys[4 * ib + p] = (int32_t)(((uint32_t)(uint16_t)(int16_t)lo) | ((uint32_t)(uint16_t)(int16_t)hi << 16));
+        }
+}
+
+cpu_gemm_fn cpu_gemm_r16_select(uint32_t type) {
+#if KILN_X86
+    if (kiln_cpu_level() >= KILN_CPU_AVX512) return type == KILN_TYPE_Q4_K ? cpu_gemm_q4_K_r16_avx512 : cpu_gemm_q8_0_r16_avx512;
+#endif
+    return type == KILN_TYPE_Q4_K ? cpu_gemm_q4_K_r16_ref : cpu_gemm_q8_0_r16_ref;
 }
 
 void cpu_gemm_q8_0_r16_ref(const cpu_gemm_args *a, int r0, int r1, int b0, int b1) {
@@ -104,7 +219,7 @@ static void repack_range(void *ctx, int lo, int hi, int ith) {
     (void)ith;
     for (int i = 0; i < j->r->n; i++) {
         const int a = lo > j->first[i] ? lo : j->first[i], b = hi < j->first[i + 1] ? hi : j->first[i + 1];
-        if (a < b) cpu_repack_q8_0_r16(j->src[i], (uint8_t *)j->r->w[i].data, a - j->first[i], b - j->first[i]);
+        if (a < b) cpu_repack_r16(j->src[i], (uint8_t *)j->r->w[i].data, a - j->first[i], b - j->first[i]);
     }
 }
 
