@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "session/backend.h"
 #include "test_gpu.h"
+#include "tools/mkmodel.h"
 
 /* One backend forward of tokens ids[0..n) of sequence 0 at positions pos..: logits (may be NULL) and argmax
  * (may be NULL) of the last one, through the batch interface. */
@@ -378,11 +379,13 @@ TEST(cuda_matvec_microbench) {
 TEST(cuda_gemm_matches_scalar_reference_every_type) {
     if (!gpu_ready()) return;
     uint64_t rng = 0x6E33;
-    /* (in, out, rows): more than 64 rows take the wide tiles (128 rows, 64 values a k step), 288 ends in half a
-     * step, 129 rows leave the second row tile one row; 17-64 rows the small tiles; up to 16 rows the few-rows
-     * kernel (32 outputs a block: 200 and 40 leave a partial block; 172 ends in a partial unit of 16 values) */
+    /* (in, out, rows): more than 64 rows take the pipelined tiles (128 rows x 128 outputs, 32 values a k step:
+     * 129 rows leave the second row tile one row, 260 x 300 is 3 x 3 tiles with partial last ones, 172 ends in
+     * a partial unit of 16 values, 576 is 18 steps); 17-64 rows the small tiles (172 again a partial unit); up to
+     * 16 rows the few-rows kernel (32 outputs a block: 200 and 40 leave a partial block) */
     const int shapes[][3] = {{512, 130, 77}, {256, 64, 3}, {172, 70, 65}, {288, 96, 129}, {288, 200, 16},
-                             {1024, 130, 21}, {512, 136, 64}, {172, 40, 9}, {2048, 64, 40}};
+                             {1024, 130, 21}, {512, 136, 64}, {172, 40, 9}, {2048, 64, 40}, {256, 300, 260},
+                             {576, 136, 200}, {172, 70, 40}};
     for (size_t t = 0; t < sizeof kernel_types / sizeof kernel_types[0]; t++) {
         const uint32_t type = kernel_types[t];
         const kiln_type_info *ti = kiln_type_get(type);
@@ -442,10 +445,15 @@ static void attention_ref(const float *q, const float *k, const float *v, int nh
 TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
     if (!gpu_ready()) return;
     uint64_t rng = 0xA77;
-    /* prefill: all keys of each token by the prefill kernel */
+    /* prefill: all keys of each token by the prefill kernels (head_dim 64 / 128 on the tensor cores, 64 tokens a
+     * block, 64 keys a tile; others in F32) */
     const struct { int nh, nkv, hd, pos0, n_tok; } pre[] = {
-        {6, 2, 64, 5, 37},   /* after 5 cached positions */
-        {32, 8, 128, 0, 70}, /* head_dim 128, groups of 4 */
+        {6, 2, 64, 5, 37},     /* after 5 cached positions */
+        {32, 8, 128, 0, 70},   /* head_dim 128, groups of 4: a second block of 6 tokens */
+        {9, 3, 64, 100, 200},  /* 4 blocks, the last of 8 tokens; keys 0..299 in 5 tiles, the last partial */
+        {4, 4, 128, 63, 129},  /* no grouping; 3 blocks, the last of one token */
+        {2, 1, 64, 1, 64},     /* the last tile holds one key, 63 zero-filled */
+        {6, 6, 24, 3, 40},     /* head_dim 24: the F32 kernel */
     };
     for (size_t c = 0; c < sizeof pre / sizeof pre[0]; c++) {
         const int nh = pre[c].nh, nkv = pre[c].nkv, hd = pre[c].hd, pos0 = pre[c].pos0, n_tok = pre[c].n_tok;
@@ -551,7 +559,8 @@ static bool load_ids(const char *rel, char *model, size_t cap, int32_t *ids, siz
 
 /* CUDA against the CPU backend on every trained model file: greedy from BOS for 64 steps in lockstep (the
  * CUDA pick feeds both), cosine >= 0.999 at every step, the CUDA argmax equal to its own logits' argmax and
- * to llama.cpp's ids for at least 50 steps; then a 16-token prefill through the tensor-core path. */
+ * to llama.cpp's ids for at least 50 steps; then prefills of 16 tokens (the few-rows kernel) and 80 tokens (the
+ * 128 x 128 tiles) through the tensor-core GEMMs. */
 TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
     if (!gpu_ready()) return;
     static const char *refs[] = {
@@ -578,7 +587,7 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         kiln_model *m;
         REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
         const int V = m->hp.n_vocab;
-        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 32, .n_seq = 1, .max_out = 1, .n_threads = 2};
+        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 80, .n_seq = 1, .max_out = 1, .n_threads = 2};
         kiln_phases ph_cpu = {0}, ph_cu = {0};
         void *sc = NULL, *sg = NULL;
         REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
@@ -614,25 +623,70 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         }
         printf("\n");
 
-        /* prefill of 16 tokens (BOS + the greedy ids) through the GEMM path */
-        kiln_backend_cpu.reset(sc, 0);
-        cu->reset(sg, 0);
-        int32_t prompt[16] = {1};
-        memcpy(prompt + 1, ids, 15 * sizeof(int32_t));
-        int32_t pick = -1;
-        REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, prompt, 16, 0, lc, NULL));
-        REQUIRE_OK(bk_forward(cu, sg, m, prompt, 16, 0, lg, &pick));
-        const double cs = test_cosine(lc, lg, V);
-        CHECKF(cs >= 0.999, "%s prefill 16: cosine %.6f", rel, cs);
-        CHECKF(pick == test_argmax(lg, V), "%s prefill: device argmax %d vs %d", rel, pick, test_argmax(lg, V));
-        /* and decode continues from the prefilled cache */
-        REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &pick, 1, 16, lc, NULL));
-        REQUIRE_OK(bk_forward(cu, sg, m, &pick, 1, 16, lg, NULL));
-        CHECKF(test_cosine(lc, lg, V) >= 0.999, "%s decode after prefill: cosine %.6f", rel, test_cosine(lc, lg, V));
+        /* prefills of 16 and 80 tokens (BOS + the greedy ids, twice over), then decode from the prefilled cache */
+        int32_t prompt[80] = {1};
+        for (int i = 1; i < 80; i++) prompt[i] = ids[(i - 1) % 64];
+        for (int np = 16; np <= 80; np += 64) {
+            kiln_backend_cpu.reset(sc, 0);
+            cu->reset(sg, 0);
+            int32_t pick = -1;
+            REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, prompt, np, 0, lc, NULL));
+            REQUIRE_OK(bk_forward(cu, sg, m, prompt, np, 0, lg, &pick));
+            const double cs = test_cosine(lc, lg, V);
+            CHECKF(cs >= 0.999, "%s prefill %d: cosine %.6f", rel, np, cs);
+            CHECKF(pick == test_argmax(lg, V), "%s prefill %d: device argmax %d vs %d", rel, np, pick, test_argmax(lg, V));
+            REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, &pick, 1, np, lc, NULL));
+            REQUIRE_OK(bk_forward(cu, sg, m, &pick, 1, np, lg, NULL));
+            CHECKF(test_cosine(lc, lg, V) >= 0.999, "%s decode after prefill %d: cosine %.6f", rel, np,
+                   test_cosine(lc, lg, V));
+        }
         free(lc), free(lg);
         cu->close(sg);
         kiln_backend_cpu.close(sc);
         kiln_model_close(m);
+    }
+}
+
+/* Long prefills on real head sizes: 2-layer models of smollm2-135m's shape (head_dim 64, 3 query heads a KV head)
+ * and qwen3-0.6b's (head_dim 128, Q/K norm) with random weights (kiln mkmodel, stories260K's 512-token
+ * vocabulary), a 300-token prompt and then 100 more tokens after it, through the prefill attention on the tensor
+ * cores and the 128 x 128 GEMM tiles: the last token's logits within cosine 0.999 of the CPU backend's. */
+TEST(cuda_long_prefill_matches_cpu_on_real_head_sizes) {
+    if (!gpu_ready()) return;
+    static const char *shapes[] = {"smollm2-135m", "qwen3-0.6b"};
+    const kiln_backend_ops *cu = kiln_backend_cuda();
+    REQUIRE(cu != NULL);
+    for (size_t f = 0; f < sizeof shapes / sizeof shapes[0]; f++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/long-prefill-%s.gguf", test_tmpdir(), shapes[f]);
+        kiln_mk_opts o = {.shape = shapes[f], .type = KILN_TYPE_Q8_0, .vocab = test_shared("models/stories260K/stories260K.gguf"),
+                          .seed = 5, .out = path, .n_layer = 2};
+        REQUIRE_OK(kiln_mkmodel(&o, NULL));
+        kiln_model *m;
+        REQUIRE_OK(kiln_model_open(path, &m));
+        const int V = m->hp.n_vocab;
+        kiln_backend_config cfg = {.n_ctx = 512, .max_batch = 300, .n_seq = 1, .max_out = 1, .n_threads = 2};
+        kiln_phases ph_cpu = {0}, ph_cu = {0};
+        void *sc = NULL, *sg = NULL;
+        REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
+        REQUIRE_OK(cu->open(m, &cfg, &ph_cu, &sg));
+        float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
+        int32_t ids[400];
+        for (int i = 0; i < 400; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+        const int runs[][2] = {{0, 300}, {300, 100}}; /* (first position, tokens) */
+        for (int r = 0; r < 2; r++) {
+            REQUIRE_OK(bk_forward(&kiln_backend_cpu, sc, m, ids + runs[r][0], runs[r][1], runs[r][0], lc, NULL));
+            REQUIRE_OK(bk_forward(cu, sg, m, ids + runs[r][0], runs[r][1], runs[r][0], lg, NULL));
+            const double cs = test_cosine(lc, lg, V);
+            printf("  %s: %d tokens at position %d: cosine %.6f to the CPU\n", shapes[f], runs[r][1], runs[r][0], cs);
+            CHECKF(cs >= 0.999, "%s: %d tokens at position %d: cosine %.6f to the CPU", shapes[f], runs[r][1],
+                   runs[r][0], cs);
+        }
+        free(lc), free(lg);
+        cu->close(sg);
+        kiln_backend_cpu.close(sc);
+        kiln_model_close(m);
+        remove(path);
     }
 }
 

@@ -177,7 +177,7 @@ static kiln_status cpu_open(const kiln_model *m, const kiln_backend_config *cfg,
     t0 = kiln_now_ns();
     st = cpu_repack_open(s->pool, &s->desc, &s->repacked);
     if (st != KILN_OK) { cpu_close(s); return st; }
-    if (s->repacked.n) KILN_INFO("cpu backend: %d Q8_0 matrices interleaved by %d rows", s->repacked.n, CPU_R16);
+    if (s->repacked.n) KILN_INFO("cpu backend: %d Q8_0 / Q4_K matrices interleaved by %d rows", s->repacked.n, CPU_R16);
     kiln_phases_add(ph, "open.repack", kiln_now_ns() - t0);
     *out = s;
     return KILN_OK;

@@ -9,8 +9,8 @@
  *    accumulator, so the sum is exactly sum x*y. The scale products h2f(x.d) * y.d are formed 8 blocks at a
  *    time (lane by lane the single dot's products) and read broadcast by the FMAs.
  *  - Q4_K: the integer part of a 256-value block in zmm (k4_block_int16), the float steps of two pairs in a zmm.
- *  - Q8_0 rows interleaved by 16 (cpu_repack.h): a lane per weight row, one kernel for every row count, in
- *    cpu_dot_q8_0_r16's order (not the single dot's: the CPU backend runs these matrices through it alone).
+ *  - Q8_0 and Q4_K rows interleaved by 16 (cpu_repack.h): a lane per weight row, one kernel for every row count,
+ *    in cpu_dot_*_r16's order (not the single dot's: the CPU backend runs these matrices through it alone).
  */
 #include "backend/cpu/cpu_gemm.h"
 

@@ -2,7 +2,8 @@
  * cpu_repack.h — Q8_0 and Q4_K weight rows interleaved at open for the AVX-512 VNNI kernels ("r16"): one 512-bit
  * vpdpbusd then serves 16 weight rows against 4 bytes of one activation row (broadcast), so every lane is one
  * weight row and no horizontal sum is left, where the row-major kernels need a vpdpbusd, a conversion and an
- * FMA per weight row, activation row and block (bench/RESULTS.md: "Q8_0 rows interleaved by 16").
+ * FMA per weight row, activation row and block (bench/RESULTS.md: "Q8_0 rows interleaved by 16", "Q4_K rows
+ * interleaved by 16").
  *
  * A repacked matrix (rows a multiple of 16) is a run of groups of 16 rows, group g at g * 16 * row_bytes (the
  * file's row size, so the copy is as large as the original), each one linear stream:

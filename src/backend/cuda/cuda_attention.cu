@@ -7,12 +7,15 @@
  *                  loads by groups of head_dim / 8 lanes (one key per group), scores in
  *                  shared memory, online softmax over sub-chunks; the last block of (row, group) combines
  *                  the partials with all its threads
- *   k_attention    prefill: all keys of one (KV head, token) by one block of 64 threads
+ *   k_attn_prefill<HD>  prefill on the tensor cores (head_dim 64 or 128): block (64 tokens, query head), keys
+ *                  in tiles of 64 through shared memory, S = Q K^T and O += P V by mma, online softmax in registers
+ *   k_attention    prefill for the other head sizes: all keys of one (KV head, token) by one block of 64 threads
  * and their launchers. MG: query heads per block at most (AD_HEADS_PER_BLOCK; fewer where G is smaller);
  * VEC: head_dim % 8 == 0.
  */
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_gemm.cuh"
 
 #include <math.h>
 
@@ -383,6 +386,137 @@ __global__ void __launch_bounds__(ATT_THREADS) k_attention(const __grid_constant
     }
 }
 
+/* ------------------------------------------------------------------ prefill on the tensor cores */
+
+#define FA_ROWS 64   /* tokens of a block: 4 warps of 16 */
+#define FA_KEYS 64   /* keys of a tile */
+#define FA_THREADS 128
+static_assert(FA_ROWS <= FA_KEYS, "Q is staged through Ks");
+
+/* Prefill attention for head_dim HD (64 or 128): block (x, h) computes tokens 64 x .. 64 x + 63 (of n_tok, at
+ * positions pos0 + t, all of one sequence) of query head h over keys 0 .. pos0 + t, flash-attention style. Q
+ * (scaled, as halves) stays in registers as mma A fragments; per tile of 64 keys K and V arrive in shared memory
+ * by cp.async (keys past the block's last position zero-filled: never read from the cache), each warp computes
+ * its 16 x 64 scores S = Q K^T, masks the keys past each row's position, updates its rows' running maximum and
+ * sum (online softmax; the probabilities as halves, which the tensor cores then read as A fragments straight from
+ * the score registers), and O += P V with V's B fragments by transposed ldmatrix. O / sum to out as halves. */
+template <int HD>
+__global__ void __launch_bounds__(FA_THREADS) k_attn_prefill(const __grid_constant__ attn_args a, int n_tok) {
+    constexpr int LD = HD + 8; /* halves: 16-byte row groups of an ldmatrix phase in distinct banks */
+    __shared__ __align__(16) __half Ks[FA_KEYS][LD];
+    __shared__ __align__(16) __half Vs[FA_KEYS][LD];
+    pdl_wait_then_trigger();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
+    const int h = blockIdx.y, kvh = h / (a.n_head / a.n_head_kv), m0 = blockIdx.x * FA_ROWS;
+    const int rows = min(FA_ROWS, n_tok - m0);
+
+    /* Q of the block's rows, scaled, through Ks into this warp's A fragments (rows past n_tok: zeros) */
+    for (int i = tid; i < FA_ROWS * HD / 2; i += FA_THREADS) {
+        const int r = i / (HD / 2), d = 2 * (i % (HD / 2));
+        float x0 = 0.0f, x1 = 0.0f;
+        if (r < rows) {
+            const float *qp = a.q + (long long)(m0 + r) * a.q_stride + h * HD + d;
+            x0 = __ldcg(qp) * a.scale, x1 = __ldcg(qp + 1) * a.scale;
+        }
+        *(__half2 *)&Ks[r][d] = __floats2half2_rn(x0, x1);
+    }
+    __syncthreads();
+    uint32_t qf[HD / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], &Ks[16 * warp + (lane & 15)][16 * kk + 8 * (lane >> 4)]);
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f}; /* rows g and g + 8: max, this lane's sum */
+    const int pos_g = a.pos0 + m0 + 16 * warp + g;                 /* position of row g (g + 8: + 8) */
+    const int k_last = a.pos0 + m0 + rows - 1;                      /* the last key of the block's last row */
+    for (int kb = 0; kb <= k_last; kb += FA_KEYS) {
+        __syncthreads(); /* every warp is done with the tile before (and with Q in Ks) */
+        for (int i = tid; i < FA_KEYS * HD / 8; i += FA_THREADS) {
+            const int r = i / (HD / 8), c = 8 * (i % (HD / 8)), j = kb + r;
+            const bool ok = j <= k_last;
+            const long long off = (long long)(ok ? j : 0) * a.kv_dim + kvh * HD + c;
+            cp_async16(&Ks[r][c], a.k_cache + off, ok);
+            cp_async16(&Vs[r][c], a.v_cache + off, ok);
+        }
+        asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+        __syncthreads();
+
+        float sc[FA_KEYS / 8][4]; /* S: 8 tiles of 8 keys; rows g (0, 1) and g + 8 (2, 3), keys 2 q4, + 1 */
+#pragma unroll
+        for (int nt = 0; nt < FA_KEYS / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < FA_KEYS / 16; np++) {
+                uint32_t r[4];
+                ldsm_x4(r, &Ks[16 * np + (lane & 7) + 8 * (lane >> 4)][16 * kk + 8 * ((lane >> 3) & 1)]);
+                mma_16816(sc[2 * np], qf[kk], r[0], r[1]);
+                mma_16816(sc[2 * np + 1], qf[kk], r[2], r[3]);
+            }
+
+        float mx[2] = {mrow[0], mrow[1]};
+#pragma unroll
+        for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = kb + 8 * nt + 2 * q4 + (e & 1);
+                if (key > pos_g + 8 * (e >> 1)) sc[nt][e] = -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], sc[nt][e]);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xFFFFFFFFu, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xFFFFFFFFu, mx[i], 2));
+            alpha[i] = __expf(mrow[i] - mx[i]); /* the first tile: exp(-inf) = 0 (key 0 is every row's) */
+            mrow[i] = mx[i];
+            lrow[i] *= alpha[i];
+        }
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[nt][e] *= alpha[e >> 1];
+
+        /* O += P V, 16 keys a step: P's A fragment from the score tiles 2 kp and 2 kp + 1 */
+#pragma unroll
+        for (int kp = 0; kp < FA_KEYS / 16; kp++) {
+            float p[8];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                p[e] = __expf(sc[2 * kp][e] - mx[e >> 1]);
+                p[4 + e] = __expf(sc[2 * kp + 1][e] - mx[e >> 1]);
+                lrow[e >> 1] += p[e] + p[4 + e];
+            }
+            const __half2 h0 = __floats2half2_rn(p[0], p[1]), h1 = __floats2half2_rn(p[2], p[3]);
+            const __half2 h2 = __floats2half2_rn(p[4], p[5]), h3 = __floats2half2_rn(p[6], p[7]);
+            const uint32_t pa[4] = {*(const uint32_t *)&h0, *(const uint32_t *)&h1, *(const uint32_t *)&h2,
+                                    *(const uint32_t *)&h3};
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t r[4];
+                ldsm_x4_trans(r, &Vs[16 * kp + (lane & 7) + 8 * ((lane >> 3) & 1)][16 * dp + 8 * (lane >> 4)]);
+                mma_16816(o[2 * dp], pa, r[0], r[1]);
+                mma_16816(o[2 * dp + 1], pa, r[2], r[3]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        lrow[i] += __shfl_xor_sync(0xFFFFFFFFu, lrow[i], 1);
+        lrow[i] += __shfl_xor_sync(0xFFFFFFFFu, lrow[i], 2);
+        const int t = m0 + 16 * warp + g + 8 * i;
+        if (t >= n_tok) continue;
+        const float inv = 1.0f / lrow[i];
+        __half *dst = a.out + (long long)t * a.out_stride + h * HD + 2 * q4;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+            *(__half2 *)(dst + 8 * nt) = __floats2half2_rn(o[nt][2 * i] * inv, o[nt][2 * i + 1] * inv);
+    }
+}
+
 /* ------------------------------------------------------------------ table and launchers */
 
 #define AD_ENTRY(MG, VEC) {(const void *)k_attn_decode<MG, VEC>, "attn_decode<" #MG "," #VEC ">"},
@@ -392,6 +526,8 @@ static const struct {
 } attn_table[] = {
     AD_ENTRY(AD_HEADS_PER_BLOCK, true) AD_ENTRY(AD_HEADS_PER_BLOCK, false)
     {(const void *)k_attention, "attention"},
+    {(const void *)k_attn_prefill<64>, "attn_prefill<64>"},
+    {(const void *)k_attn_prefill<128>, "attn_prefill<128>"},
 };
 #define N_ATTN ((int)(sizeof attn_table / sizeof attn_table[0]))
 int ck_attn_kernel_count(void) { return N_ATTN; }
@@ -413,7 +549,13 @@ int ck_attn_splits(int n_rows, int n_head, int n_head_kv, int n_ctx, int n_sm) {
 }
 
 void ck_attention(const attn_args &a, int n_tok, cudaStream_t st) {
-    launch(k_attention, dim3(1, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
+    const dim3 fa_grid((unsigned)((n_tok + FA_ROWS - 1) / FA_ROWS), (unsigned)a.n_head);
+    if (a.head_dim == 64)
+        launch(k_attn_prefill<64>, fa_grid, dim3(FA_THREADS), 0, st, true, a, n_tok);
+    else if (a.head_dim == 128)
+        launch(k_attn_prefill<128>, fa_grid, dim3(FA_THREADS), 0, st, true, a, n_tok);
+    else
+        launch(k_attention, dim3(1, a.n_head_kv, n_tok), dim3(ATT_THREADS), 0, st, true, a);
 }
 
 void ck_attn_decode(const attn_args &a, int n_rows, cudaStream_t st) {

@@ -880,24 +880,26 @@ static void plan_buckets(cuda_state *s, size_t smem_optin) {
 
 static kiln_status cuda_forward(void *state, const kiln_backend_batch *b);
 
-/* A MoE model's grouped expert path (cuda_moe.cu) takes the calls of at least moe.group_rows rows: one
- * prefill of that many rows of sequence 0 (no outputs) when the batch allows it (else no call takes it). */
-static kiln_status warm_moe_grouped(cuda_state *s) {
-    const int G = s->moe.group_rows, V = s->m->hp.n_vocab;
-    if (G <= 0 || G > s->cfg.max_batch || G > s->cfg.n_ctx) return KILN_OK;
-    kiln_backend_row *rows = (kiln_backend_row *)kiln_calloc((size_t)G, sizeof *rows);
+/* A warm prefill of n rows of sequence 0 (positions 0..n-1, no outputs) when the session's batch and context hold
+ * them (else no call can have n rows): a MoE model's grouped expert path (cuda_moe.cu: calls of at least
+ * moe.group_rows rows), and the GEMM tiles of 17-64 and of more rows, which the 2-row prefill does not reach. */
+static kiln_status warm_prefill(cuda_state *s, int n) {
+    const int V = s->m->hp.n_vocab;
+    if (n <= 0 || n > s->cfg.max_batch || n > s->cfg.n_ctx) return KILN_OK;
+    kiln_backend_row *rows = (kiln_backend_row *)kiln_calloc((size_t)n, sizeof *rows);
     if (!rows) return kiln_fail(KILN_ERR_NOMEM, "cuda: out of memory");
-    for (int i = 0; i < G; i++) rows[i] = (kiln_backend_row){0, i, i % V, KILN_BK_OUT_NONE, NULL};
+    for (int i = 0; i < n; i++) rows[i] = (kiln_backend_row){0, i, i % V, KILN_BK_OUT_NONE, NULL};
     int32_t next = 0;
-    const kiln_backend_batch b = {rows, G, 0, s->conv_tmp, &next};
+    const kiln_backend_batch b = {rows, n, 0, s->conv_tmp, &next};
     const kiln_status st = cuda_forward(s, &b);
     kiln_free(rows);
     return st;
 }
 
 /* The open's warm pass through every path: a prefill of 2 positions of sequence 0 (its outputs through the
- * eager output stage: both rows when max_out allows), a MoE model's grouped prefill, each bucket's graph once (rows of sequences 0..R-1,
- * sequence 0 after the prefill), a one-row step with logits (into conv_tmp, n_vocab floats or more), then the
+ * eager output stage: both rows when max_out allows), a MoE model's grouped prefill, prefills of 64 and 129
+ * rows (as far as max_batch and n_ctx allow), each bucket's graph once (rows of sequences 0..R-1, sequence 0 at
+ * position 2), a one-row step with logits (into conv_tmp, n_vocab floats or more), then the
  * device sampler in a one-row step and (top-k) in a 2-row prefill. */
 static kiln_status warm_paths(cuda_state *s) {
     const int V = s->m->hp.n_vocab, n = s->cfg.max_batch >= 2 ? 2 : 1, last = s->cfg.n_ctx - 1;
@@ -907,7 +909,10 @@ static kiln_status warm_paths(cuda_state *s) {
     kiln_backend_batch b = {rows, n, 0, s->conv_tmp, next};
     for (int i = 0; i < n; i++) b.n_out += rows[i].out != KILN_BK_OUT_NONE;
     KILN_TRY(cuda_forward(s, &b));
-    KILN_TRY(warm_moe_grouped(s));
+    KILN_TRY(warm_prefill(s, s->moe.group_rows));
+    const int most = s->cfg.max_batch < s->cfg.n_ctx ? s->cfg.max_batch : s->cfg.n_ctx;
+    KILN_TRY(warm_prefill(s, most < 64 ? most : 64));                    /* the 64-row tiles (17-64 rows) */
+    if (most > 64) KILN_TRY(warm_prefill(s, most < 129 ? most : 129)); /* the 128 x 128 tiles, two row tiles */
     const int M = s->max_step;
     for (int bi = 0; bi < s->n_buckets; bi++) {
         for (int i = 0; i < s->bucket[bi]; i++) s->h_rows[i] = i % V, s->h_rows[M + i] = i, s->h_rows[2 * M + i] = 0;

@@ -4,8 +4,10 @@
  *                  builds the inputs, copy or fused RMSNorm; its epilogue per row stores / adds to the residual /
  *                  applies RoPE and appends K,V to the cache / applies SwiGLU / writes logits and the argmax)
  *   k_matvec_mma<T> the same for 2-8 rows of the float-input types, products on tensor cores (mma)
- *   k_gemm<T, S>   prefill matrix x matrix on tensor cores (WMMA, F16 in, F32 accumulate; the body is
- *                  gemm_tile of cuda_gemm.cuh in tile shape S: small for 17-64 rows, wide for more)
+ *   k_gemm<T>      matrix x 17-64 rows on tensor cores (WMMA, F16 in, F32 accumulate; the body is gemm_tile of
+ *                  cuda_gemm.cuh)
+ *   k_gemm_pipe<T> matrix x more rows (prefill): gemm_pipe_tile of cuda_gemm.cuh, 128 x 128 tiles, mma.sync
+ *                  from a two-stage shared-memory pipeline
  *   k_gemm_few<T>  matrix x up to 16 rows (steps of several sequences, short prefills): mma fragments
  *                  loaded straight from the weights, split-K summed by the column's last block
  *   k_embed<T>, k_rmsnorm_rows, k_argmax_rows, k_rope_store, k_qkv_post, k_swiglu_*, k_repack   the small pieces
@@ -47,25 +49,48 @@ __global__ void __launch_bounds__(MV_THREADS, R == 1 ? 2 : 1) k_matvec(const __g
 
 /* ------------------------------------------------------------------ prefill: matrix x matrix */
 
-/* The dense GEMM in tile shape S (gemm_small or gemm_wide): rows in order; split-K (gridDim.z > 1): this
- * block's stretch of k steps, its partial tile to work[z]. The body is gemm_tile (cuda_gemm.cuh), shared with
- * the grouped MoE GEMM. */
-template <int T, class S>
-__global__ void __launch_bounds__(S::THREADS) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
+/* Where a dense GEMM block's results go: split-K (gridDim.z > 1) its partial tile to work[z] (n_tok x out),
+ * else into C (row t at C + t ldc + col_off; stored, or added when add). */
+struct gemm_dense_store {
+    float *C, *work;
+    int ldc, col_off, add, out, n_tok;
+    __device__ void operator()(int t, int n, float v) const {
+        if (gridDim.z > 1) {
+            work[((long long)blockIdx.z * n_tok + t) * out + n] = v;
+        } else {
+            float *dst = C + (long long)t * ldc + col_off + n;
+            *dst = add ? *dst + v : v;
+        }
+    }
+};
+
+/* This block's stretch [kt0, kt1) of n_kt k steps when the k range is split over gridDim.z blocks. */
+static __device__ __forceinline__ void gemm_k_range(int n_kt, int &kt0, int &kt1) {
+    kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), kt1 = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
+}
+
+/* The dense GEMM of 17-64 rows: rows in order; split-K (gridDim.z > 1): this block's stretch of k steps, its
+ * partial tile to work[z]. The body is gemm_tile (cuda_gemm.cuh), shared with the grouped MoE GEMM. */
+template <int T>
+__global__ void __launch_bounds__(GB_THREADS) k_gemm(const dev_weight w, const __half *A, int lda, int n_tok, float *C,
                                                      int ldc, int col_off, int add, float *work) {
     pdl_wait_then_trigger();
-    const int n_kt = (w.in + S::BK - 1) / S::BK;
-    const int kt0 = (int)((long long)n_kt * blockIdx.z / gridDim.z), kt1 = (int)((long long)n_kt * (blockIdx.z + 1) / gridDim.z);
-    const bool split = gridDim.z > 1;
-    gemm_tile<T, S>(w, 0, w.out, A, lda, blockIdx.y * S::BM, n_tok, blockIdx.x * S::BN, kt0, kt1, [](int t) { return t; },
-                    [&](int t, int n, float v) {
-                        if (split) {
-                            work[((long long)blockIdx.z * n_tok + t) * w.out + n] = v;
-                        } else {
-                            float *dst = C + (long long)t * ldc + col_off + n;
-                            *dst = add ? *dst + v : v;
-                        }
-                    });
+    int kt0, kt1;
+    gemm_k_range((w.in + GB_K - 1) / GB_K, kt0, kt1);
+    gemm_tile<T, gemm_small>(w, 0, w.out, A, lda, blockIdx.y * GB_M, n_tok, blockIdx.x * GB_N, kt0, kt1,
+                             [](int t) { return t; }, gemm_dense_store{C, work, ldc, col_off, add, w.out, n_tok});
+}
+
+/* The dense GEMM of more rows (prefill): the same mapping on gemm_pipe_tile's 128 x 128 tiles. */
+template <int T>
+__global__ void __launch_bounds__(gemm_pipe::THREADS, 2) k_gemm_pipe(const dev_weight w, const __half *A, int lda,
+                                                                     int n_tok, float *C, int ldc, int col_off, int add,
+                                                                     float *work) {
+    pdl_wait_then_trigger();
+    int kt0, kt1;
+    gemm_k_range((w.in + gemm_pipe::BK - 1) / gemm_pipe::BK, kt0, kt1);
+    gemm_pipe_tile<T>(w, w.out, A, lda, blockIdx.y * gemm_pipe::BM, n_tok, blockIdx.x * gemm_pipe::BN, kt0, kt1,
+                      gemm_dense_store{C, work, ldc, col_off, add, w.out, n_tok});
 }
 
 /* The split-K partials of a GEMM added in order of z, stored into (or added to) C. */
@@ -87,16 +112,6 @@ __global__ void __launch_bounds__(256) k_gemm_reduce(const float *work, int ks, 
 #define FEW_THREADS (32 * FEW_WARPS)
 #define FEW_NT 4                      /* tiles of 8 outputs */
 #define FEW_OUT (8 * FEW_NT)          /* outputs per block */
-
-/* D += A B on the tensor cores (mma m16n8k16, F16 in, F32 accumulate): a = this lane's four words of the 16 x 16
- * A fragment, b its two words of the 16 x 8 B fragment, d its four accumulators (rows g and g + 8, columns 2q and
- * 2q + 1, with g = lane / 4 and q = lane % 4). */
-static __device__ __forceinline__ void mma_16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 #define FEW_DEPTH 1 /* k steps in flight per warp (2: 10% slower on llama-3.2-1b at 16 rows, bench/RESULTS.md) */
 
@@ -594,8 +609,8 @@ static const struct {
                     {(const void *)k_matvec<T, 4>, "matvec4<" #T ">"},   \
                     {(const void *)k_matvec<T, CK_MV_MAX_ROWS>, "matvec8<" #T ">"}, \
                     {(const void *)k_matvec_mma<T>, "matvec_mma<" #T ">"},
-#define GEMM_ENTRY(T) {(const void *)k_gemm<T, gemm_small>, "gemm<" #T ">"}, \
-                      {(const void *)k_gemm<T, gemm_wide>, "gemm_wide<" #T ">"},
+#define GEMM_ENTRY(T) {(const void *)k_gemm<T>, "gemm<" #T ">"}, \
+                      {(const void *)k_gemm_pipe<T>, "gemm_pipe<" #T ">"},
 #define FEW_ENTRY(T) {(const void *)k_gemm_few<T>, "gemm_few<" #T ">"},
 #define EMB_ENTRY(T) {(const void *)k_embed<T>, "embed<" #T ">"},
     CK_TYPES(MV_ENTRY) CK_TYPES(GEMM_ENTRY) CK_TYPES(FEW_ENTRY) CK_TYPES(EMB_ENTRY)
@@ -750,18 +765,26 @@ void ck_argmax_rows(const float *x, int n, int n_rows, int *out, cudaStream_t st
     launch(k_argmax_rows, dim3(n_rows), dim3(1024), 0, st, true, x, n, out);
 }
 
-/* Calls of up to FEW_ROWS rows take the few-rows kernel, up to 64 the small tiles, more (prefill) the wide
- * tiles. */
+/* Calls of up to FEW_ROWS rows take the few-rows kernel, up to 64 the small tiles, more (prefill) the pipelined
+ * 128 x 128 tiles. */
 static bool gemm_is_few(int n_tok) { return n_tok <= FEW_ROWS; }
-static bool gemm_is_wide(int n_tok) { return n_tok > gemm_small::BM; }
+static bool gemm_is_pipe(int n_tok) { return n_tok > GB_M; }
 
-template <class S>
 static void gemm_launch(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off,
                         bool add, int ks, float *work, cudaStream_t st) {
-    const dim3 grid((w.out + S::BN - 1) / S::BN, (n_tok + S::BM - 1) / S::BM, ks > 1 ? ks : 1);
-#define L(T) launch(k_gemm<T, S>, grid, dim3(S::THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
-    DISPATCH(w.type)
+    const unsigned z = ks > 1 ? (unsigned)ks : 1u;
+    if (gemm_is_pipe(n_tok)) {
+        const dim3 grid((w.out + gemm_pipe::BN - 1) / gemm_pipe::BN, (n_tok + gemm_pipe::BM - 1) / gemm_pipe::BM, z);
+#define L(T) launch(k_gemm_pipe<T>, grid, dim3(gemm_pipe::THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, \
+                    add ? 1 : 0, work)
+        DISPATCH(w.type)
 #undef L
+    } else {
+        const dim3 grid((w.out + GB_N - 1) / GB_N, (n_tok + GB_M - 1) / GB_M, z);
+#define L(T) launch(k_gemm<T>, grid, dim3(GB_THREADS), 0, st, true, w, A, lda, n_tok, C, ldc, col_off, add ? 1 : 0, work)
+        DISPATCH(w.type)
+#undef L
+    }
 }
 
 static void gemm_few_launch(const dev_weight &w, const __half *A, int lda, int n_tok, float *C, int ldc, int col_off,
@@ -781,10 +804,7 @@ void ck_gemm_split(const dev_weight &w, const __half *A, int lda, int n_tok, flo
         gemm_few_launch(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, tiles, st);
         return;
     }
-    if (gemm_is_wide(n_tok))
-        gemm_launch<gemm_wide>(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
-    else
-        gemm_launch<gemm_small>(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
+    gemm_launch(w, A, lda, n_tok, C, ldc, col_off, add, ks, work, st);
     if (ks > 1) {
         const long long n = (long long)n_tok * w.out;
         launch(k_gemm_reduce, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, st, true, (const float *)work, ks, n_tok,
@@ -798,13 +818,17 @@ void ck_gemm(const dev_weight &w, const __half *A, int lda, int n_tok, float *C,
 }
 
 /* Few rows: enough splits for FEW_BLOCKS_PER_SM blocks per SM, each split a k step for every warp, at most 8.
- * Small tiles: enough splits for two blocks per SM, rounded up. Wide tiles (prefill): only as many as fit in
- * those two blocks per SM, rounded down, so that a grid already filling the GPU stays whole. */
-template <class S> static int gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
-    const int blocks = ((w.out + S::BN - 1) / S::BN) * ((n_tok + S::BM - 1) / S::BM), n_kt = (w.in + S::BK - 1) / S::BK;
-    const bool wide = S::BM == gemm_wide::BM;
-    int ks = wide ? 2 * n_sm / blocks : (2 * n_sm + blocks - 1) / blocks;
-    if (ks > n_kt / 3) ks = n_kt / 3;          /* at least 3 k steps per block */
+ * Small tiles: enough splits for two blocks per SM, rounded up, at least 3 k steps (96 values) each. Pipelined
+ * tiles (prefill): only as many as fit in those two blocks per SM, rounded down, so that a grid already filling
+ * the GPU stays whole, and at least 192 values each (the stretch measured for the former 64-value steps: every
+ * split writes and the reduce reads back a partial of n_tok x out floats). */
+static int gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
+    const bool pipe = gemm_is_pipe(n_tok);
+    const int BM = pipe ? gemm_pipe::BM : GB_M, BN = pipe ? gemm_pipe::BN : GB_N, BK = pipe ? gemm_pipe::BK : GB_K;
+    const int blocks = ((w.out + BN - 1) / BN) * ((n_tok + BM - 1) / BM), n_kt = (w.in + BK - 1) / BK;
+    const int min_steps = pipe ? 192 / gemm_pipe::BK : 3;
+    int ks = pipe ? 2 * n_sm / blocks : (2 * n_sm + blocks - 1) / blocks;
+    if (ks > n_kt / min_steps) ks = n_kt / min_steps;
     if (ks > 16) ks = 16;
     return ks < 1 ? 1 : ks;
 }
@@ -820,7 +844,7 @@ static int gemm_few_splits(const dev_weight &w, int n_sm) {
 
 int ck_gemm_splits(const dev_weight &w, int n_tok, int n_sm) {
     if (gemm_is_few(n_tok)) return gemm_few_splits(w, n_sm);
-    return gemm_is_wide(n_tok) ? gemm_splits<gemm_wide>(w, n_tok, n_sm) : gemm_splits<gemm_small>(w, n_tok, n_sm);
+    return gemm_splits(w, n_tok, n_sm);
 }
 
 void ck_rope_store(float *qkv, int stride, int n_tok, int pos0, const int *pos_dev, const int *seq_dev,

@@ -134,8 +134,10 @@ struct mv_args {
 
 /* Attention over the F16 cache. k_cache / v_cache: layer il of sequence 0's region, rows of kv_dim halves;
  * a sequence's region starts seq_stride halves after the previous one's.
- * Prefill (ck_attention): tokens t in [0, n_tok) of one sequence at positions pos0 + t, all keys by one block
- * per (KV head, token), the normalised output as half to out (out_stride).
+ * Prefill (ck_attention): tokens t in [0, n_tok) of one sequence at positions pos0 + t over keys 0 .. pos0 + t,
+ * the normalised output as half to out (out_stride): head_dim 64 / 128 on the tensor cores by blocks of 64
+ * tokens and one query head (Q, the probabilities and the cache in half precision, F32 sums), other head sizes
+ * by one block per (KV head, token) in F32.
  * Decode (ck_attn_decode): one query row per row r of the step (row_seq[r], row_pos[r] in device memory;
  * a row with pos < 0 is padding: its output is zeros and it reads no cache). Each row's n_keys = pos + 1
  * keys are cut at run time into equal chunks of at least 128 keys over at most n_split splits (the grid is
