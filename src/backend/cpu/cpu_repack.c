@@ -20,56 +20,48 @@ bool cpu_repack_fits(const kiln_weight *w) {
            w->ne[2] == 1 && w->ne[1] > 0 && w->ne[1] % CPU_R16 == 0 && w->ne[0] > 0 && w->ne[0] <= (1u << 24);
 }
 
-static void repack_q8_0(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
-    const int nb = (int)(w->ne[0] / QK8_0);
-    const size_t row = (size_t)nb * sizeof(block_q8_0);
-    for (int g = g0; g < g1; g++) {
-        const block_q8_0 *x[CPU_R16];
-        for (int i = 0; i < CPU_R16; i++)
-            x[i] = (const block_q8_0 *)((const uint8_t *)w->data + ((size_t)g * CPU_R16 + (size_t)i) * row);
-        uint8_t *grp = dst + (size_t)g * CPU_R16 * row;
-        for (int ib = 0; ib < nb; ib++) {
-            uint16_t *d = (uint16_t *)(grp + cpu_r16_d(ib));
-            uint8_t *qs = grp + cpu_r16_qs(ib);
-            for (int i = 0; i < CPU_R16; i++) d[i] = x[i][ib].d;
-            for (int k = 0; k < R16_STEPS; k++)
-                for (int i = 0; i < CPU_R16; i++, qs += 4) { /* the row's 4 bytes, each plus 128 */
-                    uint32_t v;
-                    memcpy(&v, x[i][ib].qs + 4 * k, sizeof v);
-                    v ^= 0x80808080u;
-                    memcpy(qs, &v, sizeof v);
-                }
-        }
+/* One group: its 16 rows of the file (rows[i], nb blocks each) into grp, the group's place in the copy. */
+static void group_q8_0(const uint8_t *const *rows, uint8_t *grp, int nb) {
+    for (int ib = 0; ib < nb; ib++) {
+        uint16_t *d = (uint16_t *)(grp + cpu_r16_d(ib));
+        uint8_t *qs = grp + cpu_r16_qs(ib);
+        for (int i = 0; i < CPU_R16; i++) d[i] = ((const block_q8_0 *)rows[i])[ib].d;
+        for (int k = 0; k < R16_STEPS; k++)
+            for (int i = 0; i < CPU_R16; i++, qs += 4) { /* the row's 4 bytes, each plus 128 */
+                uint32_t v;
+                memcpy(&v, ((const block_q8_0 *)rows[i])[ib].qs + 4 * k, sizeof v);
+                v ^= 0x80808080u;
+                memcpy(qs, &v, sizeof v);
+            }
     }
 }
 
-static void repack_q4_K(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
-    const int nb = (int)(w->ne[0] / QK_K);
-    const size_t row = (size_t)nb * sizeof(block_q4_K);
-    for (int g = g0; g < g1; g++) {
-        const block_q4_K *x[CPU_R16];
-        for (int i = 0; i < CPU_R16; i++)
-            x[i] = (const block_q4_K *)((const uint8_t *)w->data + ((size_t)g * CPU_R16 + (size_t)i) * row);
-        uint8_t *blk = dst + (size_t)g * CPU_R16 * row;
-        for (int ib = 0; ib < nb; ib++, blk += CPU_R16_K4_BLOCK) {
-            uint16_t *d = (uint16_t *)blk;
-            uint32_t *u = (uint32_t *)(blk + CPU_R16_K4_U);
-            uint8_t *qs = blk + CPU_R16_K4_QS;
-            for (int i = 0; i < CPU_R16; i++) {
-                d[i] = x[i][ib].d;
-                d[CPU_R16 + i] = x[i][ib].dmin;
-                for (int k = 0; k < 3; k++) memcpy(&u[k * CPU_R16 + i], x[i][ib].scales + 4 * k, 4);
-            }
-            for (int jk = 0; jk < QK_K / 2 / 4; jk++) /* run j = jk / 8, step k = jk % 8: qs[4 jk..] */
-                for (int i = 0; i < CPU_R16; i++, qs += 4) memcpy(qs, x[i][ib].qs + 4 * jk, 4);
+static void group_q4_K(const uint8_t *const *rows, uint8_t *grp, int nb) {
+    for (int ib = 0; ib < nb; ib++, grp += CPU_R16_K4_BLOCK) {
+        uint16_t *d = (uint16_t *)grp;
+        uint32_t *u = (uint32_t *)(grp + CPU_R16_K4_U);
+        uint8_t *qs = grp + CPU_R16_K4_QS;
+        for (int i = 0; i < CPU_R16; i++) {
+            const block_q4_K *x = (const block_q4_K *)rows[i] + ib;
+            d[i] = x->d;
+            d[CPU_R16 + i] = x->dmin;
+            for (int k = 0; k < 3; k++) memcpy(&u[k * CPU_R16 + i], x->scales + 4 * k, 4);
         }
+        for (int jk = 0; jk < QK_K / 2 / 4; jk++) /* run j = jk / 8, step k = jk % 8: qs[4 jk..] */
+            for (int i = 0; i < CPU_R16; i++, qs += 4) memcpy(qs, ((const block_q4_K *)rows[i])[ib].qs + 4 * jk, 4);
     }
 }
 
 void cpu_repack_r16(const kiln_weight *w, uint8_t *dst, int g0, int g1) {
     KILN_ASSERT(cpu_repack_fits(w));
-    if (w->type == KILN_TYPE_Q4_K) repack_q4_K(w, dst, g0, g1);
-    else repack_q8_0(w, dst, g0, g1);
+    const bool k4 = w->type == KILN_TYPE_Q4_K;
+    const size_t row = kiln_row_bytes(w->type, w->ne[0]);
+    const int nb = (int)(w->ne[0] / (k4 ? QK_K : QK8_0));
+    for (int g = g0; g < g1; g++) {
+        const uint8_t *rows[CPU_R16];
+        for (int i = 0; i < CPU_R16; i++) rows[i] = (const uint8_t *)w->data + ((size_t)g * CPU_R16 + (size_t)i) * row;
+        (k4 ? group_q4_K : group_q8_0)(rows, dst + (size_t)g * CPU_R16 * row, nb);
+    }
 }
 
 float cpu_dot_q8_0_r16(int n, const void *w_row, const void *y_row) {
