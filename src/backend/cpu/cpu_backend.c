@@ -46,7 +46,7 @@ typedef struct cpu_state {
     size_t kv_per_seq, kv_per_layer; /* elements of one sequence's K (or V) region, of one layer's part of it */
     void *scratch;                /* converted activations for the matmuls */
     cpu_moe_buf moe;              /* the MoE blocks' routing and expert buffers */
-    cpu_repacked repacked;        /* the interleaved copies of the Q8_0 matrices desc points at (cpu_repack.h) */
+    cpu_repacked repacked;        /* the interleaved copies of the Q8_0 / Q4_K matrices desc points at (cpu_repack.h) */
     cpu_attn_kernels attn;        /* attention inner loops for this CPU */
     cpu_argmax_fn argmax;         /* the logits rows' argmax for this CPU */
     kiln_from_float_fn to_f16;    /* F32 -> F16 for the KV store, exactly kiln_f32_to_f16 (the fastest such) */

@@ -53,6 +53,7 @@ typedef struct matmul_job {
     uint8_t *yu;            /* the rows kernel's flipped bytes (cpu_gemm_rows_flips), the single-row kernel's k4
                              * order (cpu_gemm_row1_reads_yu), else NULL */
     int32_t *ys;            /* interleaved weights (cpu_repack.h): B rows of cpu_r16_act_sums (n/32 words apart), else NULL */
+    cpu_gemm_fn r16;        /* interleaved weights: their kernel on this CPU (cpu_gemm_r16_select), else NULL */
     size_t qrow, wrow;
     int B, n;
 } matmul_job;
@@ -82,11 +83,10 @@ static void dot_weight_rows(const matmul_job *j, const kiln_weight *W, float *ou
      * (each pair bit-identical to the single dot) */
     const cpu_gemm_args a = {.dot = dot, .n = j->n, .w = w, .w_stride = j->wrow, .y = j->qx, .y_stride = j->qrow,
                              .yd = j->yd, .yu = j->yu, .ys = j->ys, .out = out, .out_stride = (size_t)rows};
-    if (W->interleave) { /* every row count: one kernel, so a row's result never depends on the batch */
-        const cpu_gemm_fn r16 = cpu_gemm_r16_select(W->type);
+    if (j->r16) { /* every row count: one kernel, so a row's result never depends on the batch */
         int step = (int)(ACT_BLOCK_BYTES / j->qrow) / 8 * 8;
         if (step < 8) step = 8;
-        for (int b = 0; b < j->B; b += step) r16(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
+        for (int b = 0; b < j->B; b += step) j->r16(&a, lo, hi, b, b + step < j->B ? b + step : j->B);
         return;
     }
     if (j->B <= SMALL_B) { /* decode, one or a few rows: one weight row at a time, streamed once */
@@ -150,7 +150,10 @@ void cpu_matmul_n(kiln_pool *pool, int nw, const kiln_weight *const *W, const fl
         j.qx = scratch;
         if (ti->vec_dot_type == KILN_TYPE_Q8_0) j.yd = (float *)((uint8_t *)scratch + scales_offset(j.qrow, B));
         const kiln_vec_dot_fn dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot;
-        if (W[0]->interleave) j.ys = (int32_t *)((uint8_t *)scratch + flipped_offset(j.qrow, j.n, B));
+        if (W[0]->interleave) {
+            j.ys = (int32_t *)((uint8_t *)scratch + flipped_offset(j.qrow, j.n, B));
+            j.r16 = cpu_gemm_r16_select(W[0]->type);
+        }
         else if ((j.yd && B > 1 && B <= SMALL_B && cpu_gemm_rows_flips(dot)) || (B == 1 && cpu_gemm_row1_reads_yu(dot)))
             j.yu = (uint8_t *)scratch + flipped_offset(j.qrow, j.n, B);
         /* a few rows (decode) convert faster on the caller than a pool run takes to start */
