@@ -196,6 +196,40 @@ TEST(base_pool_for_runs_alone_after_a_stall) {
     test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
 }
 
+/* A stall has sent the pool alone; at the end of the stretch (1000 runs) it asks its workers for a probe of their
+ * CPU share (20 ms) and goes on alone meanwhile; on a machine with a free core the probe finds the worker running
+ * and a run uses both threads again: not before the stretch's runs and the probe's 20 ms (a try of the threads
+ * right after the stretch would have come after ~1000 runs of a few microseconds). On a busy machine a probe can
+ * find the worker short of its core and start another stretch: up to 10 s of runs. */
+TEST(base_pool_for_probes_the_workers_cores_before_it_returns_to_them) {
+    static for_ctx c;
+    for (int tries = 0; tries < 50; tries++) {
+        kiln_pool *p;
+        REQUIRE_OK(kiln_pool_open(2, &p));
+        memset(&c, 0, sizeof c);
+        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 300000, c.item_work = 200;
+        c.wait_worker_ms = 20;
+        kiln_pool_for(p, c.n, c.grain, for_work, &c);
+        if (!c.slept) { kiln_pool_close(p); continue; }
+        const uint64_t t0 = kiln_now_ns();
+        int runs = 0;
+        do {
+            memset(&c, 0, sizeof c);
+            c.n = 64, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = -40;
+            kiln_pool_for(p, c.n, c.grain, for_work, &c);
+            for_check(&c, "after a stall", runs++);
+        } while (c.calls == 1 && kiln_now_ns() - t0 < 10000000000u && !test_failures());
+        const double ms = (double)(kiln_now_ns() - t0) / 1e6;
+        kiln_pool_close(p);
+        printf("  back to both threads after %d runs alone, %.1f ms\n", runs - 1, ms);
+        CHECKF(c.calls > 1, "no run used both threads in %.0f ms (%d runs) after a stall", ms, runs);
+        CHECKF(runs > 1000 && ms >= 20.0, "both threads again after %d runs and %.1f ms: before the stretch of 1000 "
+               "runs and the 20 ms probe", runs - 1, ms);
+        return;
+    }
+    test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
+}
+
 /* A short stall: worker 1 stops 8 ms inside its first chunk of a 256-item run (a quiet machine's lost tick, under the
  * pool's 20 ms). Returns whether it slept (then the caller waited for it). */
 static bool short_stall_run(kiln_pool *p, for_ctx *c, int run) {

@@ -1,6 +1,6 @@
 /* pool.c — the thread pool: per-thread shares of chunks claimed by compare-and-swap (the owner from the front,
  * other threads from the back), a done count per share that the caller waits on, and a generation counter that
- * spin-then-sleep workers watch for the next run. */
+ * spin-then-sleep workers watch for the next run; a second counter asks them for a probe of their CPU share. */
 #include "base/pool.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -36,9 +36,12 @@ static inline void cpu_relax(void) {
  *    threads ran alone for over half its runs: 25 tok/s instead of 39.6, bench/RESULTS.md.)
  *  - a low CPU share: over SAMPLES sampled runs (one run in SAMPLE_EVERY), the caller's thread ran less than
  *    MIN_CPU_SHARE of their wall time (other threads, or its own workers, took its core).
- * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others),
- * and tries its threads again after the stretch: SOLO_RUNS runs, doubling while the signs recur up to
- * SOLO_RUNS_MAX; SOLO_RUNS parallel runs without a sign bring it back to SOLO_RUNS. */
+ * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others)
+ * for a stretch of SOLO_RUNS runs, doubling while the signs recur up to SOLO_RUNS_MAX; SOLO_RUNS parallel runs
+ * without a sign bring it back to SOLO_RUNS. At the end of a stretch the caller does not try its threads on a
+ * run (each try on a busy machine cost a few stalled runs, 2-7% of a busy-core decode): it asks the workers for
+ * a probe, each spinning PROBE_NS and measuring its own CPU share, and goes on alone meanwhile. Every worker at
+ * MIN_PROBE_SHARE or more: the next run is parallel; else the next stretch starts (a sign, doubling). */
 #define STALL_SLACK_NS 200000
 #define STALL_LONG_NS 20000000
 #define STALL_SIGNS 3
@@ -48,12 +51,15 @@ static inline void cpu_relax(void) {
 #define MIN_CPU_SHARE 0.85
 #define SOLO_RUNS 1000
 #define SOLO_RUNS_MAX 64000
+#define PROBE_NS 20000000
+#define MIN_PROBE_SHARE 0.9
 
 /* One thread's share of the current run, on its own cache line. range holds the unclaimed chunks [lo, hi), lo in
  * the low 32 bits: the owner claims lo, the others hi - 1. done counts the share's chunks finished this run. */
 typedef struct share {
     _Alignas(64) _Atomic uint64_t range;
     _Atomic uint32_t done;
+    _Atomic uint32_t probe_permille; /* the owner's CPU share in its last probe, in 1/1000 of the wall time */
 } share;
 
 typedef struct { kiln_pool *p; int ith; } worker_arg;
@@ -81,8 +87,11 @@ struct kiln_pool {
     unsigned runs;           /* parallel runs, for the sampling */
     int samples;             /* sampled runs in the current window, their thread CPU time and wall time */
     uint64_t sample_cpu_ns, sample_wall_ns;
+    bool probing;            /* a probe asked for and not yet read */
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
+    _Atomic uint32_t probe_gen;  /* one more per probe asked for */
+    _Atomic int probes_done;     /* workers that finished the current probe */
     _Atomic bool quit;
 };
 
@@ -115,18 +124,42 @@ static void work(kiln_pool *p, int ith) {
     }
 }
 
-/* Waits for a generation other than *seen (spinning, then asleep) and records it; false when the pool closes. */
-static bool wait_run(kiln_pool *p, uint32_t *seen) {
+/* This thread's CPU time. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A probe: spins PROBE_NS of wall time and records the CPU time this thread got in it. */
+static void probe(kiln_pool *p, int ith) {
+    const uint64_t c0 = thread_cpu_ns(), t0 = kiln_now_ns();
+    uint64_t t;
+    while ((t = kiln_now_ns()) - t0 < PROBE_NS) cpu_relax();
+    const uint64_t permille = (thread_cpu_ns() - c0) * 1000 / (t - t0);
+    atomic_store_explicit(&p->shares[ith].probe_permille, (uint32_t)permille, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->probes_done, 1, memory_order_release);
+}
+
+enum { WAIT_QUIT, WAIT_RUN, WAIT_PROBE };
+
+/* Waits for a generation other than *seen or a probe other than *seen_probe (spinning, then asleep) and records
+ * it: WAIT_RUN, WAIT_PROBE, or WAIT_QUIT when the pool closes. */
+static int wait_run(kiln_pool *p, uint32_t *seen, uint32_t *seen_probe) {
     for (int spins = 0;; spins++) {
-        if (atomic_load_explicit(&p->quit, memory_order_acquire)) return false;
+        if (atomic_load_explicit(&p->quit, memory_order_acquire)) return WAIT_QUIT;
         const uint32_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != *seen) { *seen = g; return true; }
+        if (g != *seen) { *seen = g; return WAIT_RUN; }
+        const uint32_t q = atomic_load_explicit(&p->probe_gen, memory_order_acquire);
+        if (q != *seen_probe) { *seen_probe = q; return WAIT_PROBE; }
         if (spins < SPIN_BEFORE_SLEEP) { cpu_relax(); continue; }
         /* sleepers then generation, against the caller's generation then sleepers (both seq_cst): one of the
-         * two sees the other's write, so a run is never missed */
+         * two sees the other's write, so a run (or a probe) is never missed */
         pthread_mutex_lock(&p->mu);
         atomic_fetch_add(&p->sleepers, 1);
-        while (atomic_load(&p->generation) == *seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
+        while (atomic_load(&p->generation) == *seen && atomic_load(&p->probe_gen) == *seen_probe &&
+               !atomic_load(&p->quit))
+            pthread_cond_wait(&p->cv, &p->mu);
         atomic_fetch_sub(&p->sleepers, 1);
         pthread_mutex_unlock(&p->mu);
         spins = 0;
@@ -136,8 +169,11 @@ static bool wait_run(kiln_pool *p, uint32_t *seen) {
 static void *worker_main(void *arg) {
     kiln_pool *p = ((worker_arg *)arg)->p;
     const int ith = ((worker_arg *)arg)->ith;
-    uint32_t seen = 0;
-    while (wait_run(p, &seen)) work(p, ith);
+    uint32_t seen = 0, seen_probe = 0;
+    for (int w; (w = wait_run(p, &seen, &seen_probe)) != WAIT_QUIT;) {
+        if (w == WAIT_RUN) work(p, ith);
+        else probe(p, ith);
+    }
     return NULL;
 }
 
@@ -189,6 +225,15 @@ void kiln_pool_close(kiln_pool *p) {
 
 int kiln_pool_size(const kiln_pool *p) { return p->n; }
 
+/* Wakes the workers asleep in wait_run (after a new generation or probe). */
+static void wake_sleepers(kiln_pool *p) {
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 /* Publishes a run of n_chunks chunks: share s gets the chunks kiln_split gives it; then wakes the workers. */
 static void publish(kiln_pool *p, int n_chunks) {
     for (int s = 0; s < p->n; s++) {
@@ -198,11 +243,15 @@ static void publish(kiln_pool *p, int n_chunks) {
         atomic_store_explicit(&p->shares[s].range, (uint64_t)lo | (uint64_t)hi << 32, memory_order_release);
     }
     atomic_fetch_add(&p->generation, 1);
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    wake_sleepers(p);
+}
+
+/* Asks every worker for a probe (workers busy with a run take it after; the caller does not wait). */
+static void ask_probe(kiln_pool *p) {
+    atomic_store_explicit(&p->probes_done, 0, memory_order_relaxed);
+    atomic_fetch_add(&p->probe_gen, 1);
+    wake_sleepers(p);
+    p->probing = true;
 }
 
 /* Waits until every chunk of the run is done (by now every chunk has been claimed). */
@@ -217,13 +266,6 @@ static void wait_done(kiln_pool *p, int n_chunks) {
     }
 }
 
-/* This thread's CPU time. */
-static uint64_t thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Adds one sampled run; true when a window of SAMPLES ends with the caller's CPU share below MIN_CPU_SHARE. */
 static bool cpu_share_low(kiln_pool *p, uint64_t cpu_ns, uint64_t wall_ns) {
     p->sample_cpu_ns += cpu_ns;
@@ -235,8 +277,8 @@ static bool cpu_share_low(kiln_pool *p, uint64_t cpu_ns, uint64_t wall_ns) {
     return low;
 }
 
-/* After a parallel run: a sign of oversubscription starts a solo stretch (doubling while they recur), a calm
- * stretch resets its length. */
+/* After a parallel run, or a probe read: a sign of oversubscription starts a solo stretch (doubling while they
+ * recur), a calm stretch resets its length. */
 static void note_busy(kiln_pool *p, bool busy) {
     if (!busy) {
         if (++p->calm_runs >= SOLO_RUNS) p->solo_next = SOLO_RUNS;
@@ -248,6 +290,18 @@ static void note_busy(kiln_pool *p, bool busy) {
     p->solo_next = p->solo_next * 2 < SOLO_RUNS_MAX ? p->solo_next * 2 : SOLO_RUNS_MAX;
     p->samples = 0;
     p->sample_cpu_ns = p->sample_wall_ns = 0;
+}
+
+/* Reads the probe asked for once every worker has finished it (p->probing cleared): true (a sign: another
+ * stretch alone) when some worker got less than MIN_PROBE_SHARE of its wall time, false when none did (the next
+ * run is parallel). false while a worker is still probing (p->probing stays set: the caller goes on alone). */
+static bool solo_probe_read(kiln_pool *p) {
+    if (atomic_load_explicit(&p->probes_done, memory_order_acquire) < p->n - 1) return false;
+    p->probing = false;
+    for (int i = 1; i < p->n; i++)
+        if (atomic_load_explicit(&p->shares[i].probe_permille, memory_order_relaxed) < 1000 * MIN_PROBE_SHARE)
+            return true;
+    return false;
 }
 
 /* After a parallel run whose caller waited wait_ns for claimed chunks, having computed its own part in own_ns:
@@ -264,9 +318,10 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     const int grains = n / grain + (n % grain != 0), target = CHUNKS_PER_THREAD * p->n;
     const int chunk = grain * (grains / target + (grains % target != 0));
     const int n_chunks = n / chunk + (n % chunk != 0);
-    if (p->n == 1 || n_chunks == 1 || p->solo_left > 0) {
-        if (p->solo_left > 0) p->solo_left--;
+    if (p->n == 1 || n_chunks == 1 || p->solo_left > 0 || p->probing) {
+        if (p->solo_left > 0 && --p->solo_left == 0) ask_probe(p); /* the stretch is over: are the cores free? */
         fn(ctx, 0, n, 0);
+        if (p->probing && solo_probe_read(p)) note_busy(p, true);
         return;
     }
     p->fn = fn;
