@@ -196,11 +196,11 @@ TEST(base_pool_for_runs_alone_after_a_stall) {
     test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
 }
 
-/* A stall has sent the pool alone; at the end of the stretch (1000 runs) it asks its workers for a probe of their
- * CPU share (20 ms) and goes on alone meanwhile; on a machine with a free core the probe finds the worker running
- * and a run uses both threads again: not before the stretch's runs and the probe's 20 ms (a try of the threads
- * right after the stretch would have come after ~1000 runs of a few microseconds). On a busy machine a probe can
- * find the worker short of its core and start another stretch: up to 10 s of runs. */
+/* A stall has sent the pool alone; at the end of the stretch (1000 runs) it asks its idle-priority prober to spin
+ * 5 ms and goes on alone meanwhile; on a machine with a free core the prober gets it and a run uses both threads
+ * again: after more than the stretch's runs (those during the probe) and not before the probe's 5 ms (a try of the
+ * threads right after the stretch comes after exactly 1000 runs of a few microseconds). On a busy machine a probe
+ * can find no free core and start another stretch: up to 10 s of runs. */
 TEST(base_pool_for_probes_the_workers_cores_before_it_returns_to_them) {
     static for_ctx c;
     for (int tries = 0; tries < 50; tries++) {
@@ -223,8 +223,8 @@ TEST(base_pool_for_probes_the_workers_cores_before_it_returns_to_them) {
         kiln_pool_close(p);
         printf("  back to both threads after %d runs alone, %.1f ms\n", runs - 1, ms);
         CHECKF(c.calls > 1, "no run used both threads in %.0f ms (%d runs) after a stall", ms, runs);
-        CHECKF(runs > 1000 && ms >= 20.0, "both threads again after %d runs and %.1f ms: before the stretch of 1000 "
-               "runs and the 20 ms probe", runs - 1, ms);
+        CHECKF(runs - 1 > 1000 && ms >= 5.0, "both threads again after %d runs alone and %.1f ms: not after a 5 ms "
+               "probe that followed the stretch of 1000 runs", runs - 1, ms);
         return;
     }
     test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");

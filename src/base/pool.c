@@ -1,6 +1,7 @@
 /* pool.c — the thread pool: per-thread shares of chunks claimed by compare-and-swap (the owner from the front,
  * other threads from the back), a done count per share that the caller waits on, and a generation counter that
- * spin-then-sleep workers watch for the next run; a second counter asks them for a probe of their CPU share. */
+ * spin-then-sleep workers watch for the next run; idle-priority probers that measure whether the workers' cores
+ * are free. */
 #include "base/pool.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -39,9 +40,12 @@ static inline void cpu_relax(void) {
  * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others)
  * for a stretch of SOLO_RUNS runs, doubling while the signs recur up to SOLO_RUNS_MAX; SOLO_RUNS parallel runs
  * without a sign bring it back to SOLO_RUNS. At the end of a stretch the caller does not try its threads on a
- * run (each try on a busy machine cost a few stalled runs, 2-7% of a busy-core decode): it asks the workers for
- * a probe, each spinning PROBE_NS and measuring its own CPU share, and goes on alone meanwhile. Every worker at
- * MIN_PROBE_SHARE or more: the next run is parallel; else the next stretch starts (a sign, doubling). */
+ * run (each try on a busy machine cost a few stalled runs, 2-7% of a busy-core decode): it asks its probers, one
+ * per worker, at the idle scheduling priority (SCHED_IDLE: they get only CPU time that no other thread wants, so
+ * they take nothing from the caller or anyone else), to spin PROBE_NS each and measure the CPU time they got, and
+ * goes on alone meanwhile. Every prober at MIN_PROBE_SHARE or more (as many free cores as workers): the next run
+ * is parallel; else the next stretch starts (a sign, doubling). (Probing from the workers themselves, at normal
+ * priority, cost the caller its core whenever the scheduler woke a worker beside it: 14% of busy-core decode.) */
 #define STALL_SLACK_NS 200000
 #define STALL_LONG_NS 20000000
 #define STALL_SIGNS 3
@@ -51,7 +55,7 @@ static inline void cpu_relax(void) {
 #define MIN_CPU_SHARE 0.85
 #define SOLO_RUNS 1000
 #define SOLO_RUNS_MAX 64000
-#define PROBE_NS 20000000
+#define PROBE_NS 5000000
 #define MIN_PROBE_SHARE 0.9
 
 /* One thread's share of the current run, on its own cache line. range holds the unclaimed chunks [lo, hi), lo in
@@ -59,7 +63,7 @@ static inline void cpu_relax(void) {
 typedef struct share {
     _Alignas(64) _Atomic uint64_t range;
     _Atomic uint32_t done;
-    _Atomic uint32_t probe_permille; /* the owner's CPU share in its last probe, in 1/1000 of the wall time */
+    _Atomic uint32_t probe_permille; /* prober ith's CPU share in its last probe, in 1/1000 of the wall time */
 } share;
 
 typedef struct { kiln_pool *p; int ith; } worker_arg;
@@ -68,9 +72,12 @@ struct kiln_pool {
     int n;
     worker_arg *args;
     pthread_t *threads;
+    pthread_t *probers;      /* probers 1..n_probers, one per worker */
+    int n_probers;
     share *shares;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t probe_cv; /* the probers sleep on it */
     /* The run. The caller writes it before it publishes the shares; a thread reads it only after it claimed a
      * chunk (a successful claim reads the published share, and the run cannot end before that chunk is done). */
     kiln_pool_range_fn fn;
@@ -90,8 +97,8 @@ struct kiln_pool {
     bool probing;            /* a probe asked for and not yet read */
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
-    _Atomic uint32_t probe_gen;  /* one more per probe asked for */
-    _Atomic int probes_done;     /* workers that finished the current probe */
+    _Atomic uint32_t probe_gen;  /* one more per probe asked for (under mu) */
+    _Atomic int probes_done;     /* probers that finished the current probe */
     _Atomic bool quit;
 };
 
@@ -141,25 +148,18 @@ static void probe(kiln_pool *p, int ith) {
     atomic_fetch_add_explicit(&p->probes_done, 1, memory_order_release);
 }
 
-enum { WAIT_QUIT, WAIT_RUN, WAIT_PROBE };
-
-/* Waits for a generation other than *seen or a probe other than *seen_probe (spinning, then asleep) and records
- * it: WAIT_RUN, WAIT_PROBE, or WAIT_QUIT when the pool closes. */
-static int wait_run(kiln_pool *p, uint32_t *seen, uint32_t *seen_probe) {
+/* Waits for a generation other than *seen (spinning, then asleep) and records it; false when the pool closes. */
+static bool wait_run(kiln_pool *p, uint32_t *seen) {
     for (int spins = 0;; spins++) {
-        if (atomic_load_explicit(&p->quit, memory_order_acquire)) return WAIT_QUIT;
+        if (atomic_load_explicit(&p->quit, memory_order_acquire)) return false;
         const uint32_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
-        if (g != *seen) { *seen = g; return WAIT_RUN; }
-        const uint32_t q = atomic_load_explicit(&p->probe_gen, memory_order_acquire);
-        if (q != *seen_probe) { *seen_probe = q; return WAIT_PROBE; }
+        if (g != *seen) { *seen = g; return true; }
         if (spins < SPIN_BEFORE_SLEEP) { cpu_relax(); continue; }
         /* sleepers then generation, against the caller's generation then sleepers (both seq_cst): one of the
-         * two sees the other's write, so a run (or a probe) is never missed */
+         * two sees the other's write, so a run is never missed */
         pthread_mutex_lock(&p->mu);
         atomic_fetch_add(&p->sleepers, 1);
-        while (atomic_load(&p->generation) == *seen && atomic_load(&p->probe_gen) == *seen_probe &&
-               !atomic_load(&p->quit))
-            pthread_cond_wait(&p->cv, &p->mu);
+        while (atomic_load(&p->generation) == *seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->cv, &p->mu);
         atomic_fetch_sub(&p->sleepers, 1);
         pthread_mutex_unlock(&p->mu);
         spins = 0;
@@ -169,12 +169,29 @@ static int wait_run(kiln_pool *p, uint32_t *seen, uint32_t *seen_probe) {
 static void *worker_main(void *arg) {
     kiln_pool *p = ((worker_arg *)arg)->p;
     const int ith = ((worker_arg *)arg)->ith;
-    uint32_t seen = 0, seen_probe = 0;
-    for (int w; (w = wait_run(p, &seen, &seen_probe)) != WAIT_QUIT;) {
-        if (w == WAIT_RUN) work(p, ith);
-        else probe(p, ith);
-    }
+    uint32_t seen = 0;
+    while (wait_run(p, &seen)) work(p, ith);
     return NULL;
+}
+
+/* Prober ith: at the idle priority where the system has it (else at the normal one), asleep until a probe is
+ * asked for, then probe(). */
+static void *prober_main(void *arg) {
+    kiln_pool *p = ((worker_arg *)arg)->p;
+    const int ith = ((worker_arg *)arg)->ith;
+#ifdef SCHED_IDLE
+    const struct sched_param none = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
+#endif
+    uint32_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->probe_gen) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->probe_cv, &p->mu);
+        seen = atomic_load(&p->probe_gen);
+        pthread_mutex_unlock(&p->mu);
+        if (atomic_load(&p->quit)) return NULL;
+        probe(p, ith);
+    }
 }
 
 kiln_status kiln_pool_open(int n_threads, kiln_pool **out) {
@@ -188,10 +205,12 @@ kiln_status kiln_pool_open(int n_threads, kiln_pool **out) {
     p->solo_next = SOLO_RUNS;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->probe_cv, NULL);
     p->threads = kiln_calloc((size_t)n_threads, sizeof(pthread_t));
+    p->probers = kiln_calloc((size_t)n_threads, sizeof(pthread_t));
     p->args = kiln_calloc((size_t)n_threads, sizeof(worker_arg));
     p->shares = kiln_aligned_alloc(64, (size_t)n_threads * sizeof(share));
-    if (!p->threads || !p->args || !p->shares) {
+    if (!p->threads || !p->probers || !p->args || !p->shares) {
         kiln_pool_close(p);
         return kiln_fail(KILN_ERR_NOMEM, "kiln_pool_open: out of memory");
     }
@@ -204,6 +223,13 @@ kiln_status kiln_pool_open(int n_threads, kiln_pool **out) {
         }
         p->n = i + 1;
     }
+    for (int i = 1; i < n_threads; i++) {
+        if (pthread_create(&p->probers[i], NULL, prober_main, &p->args[i]) != 0) {
+            kiln_pool_close(p);
+            return kiln_fail(KILN_ERR_INTERNAL, "kiln_pool_open: pthread_create failed");
+        }
+        p->n_probers = i;
+    }
     *out = p;
     return KILN_OK;
 }
@@ -213,19 +239,23 @@ void kiln_pool_close(kiln_pool *p) {
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, true);
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->probe_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 1; i <= p->n_probers; i++) pthread_join(p->probers[i], NULL);
     kiln_free(p->threads);
+    kiln_free(p->probers);
     kiln_free(p->args);
     kiln_free(p->shares);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->probe_cv);
     kiln_free(p);
 }
 
 int kiln_pool_size(const kiln_pool *p) { return p->n; }
 
-/* Wakes the workers asleep in wait_run (after a new generation or probe). */
+/* Wakes the workers asleep in wait_run (after a new generation). */
 static void wake_sleepers(kiln_pool *p) {
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -246,11 +276,13 @@ static void publish(kiln_pool *p, int n_chunks) {
     wake_sleepers(p);
 }
 
-/* Asks every worker for a probe (workers busy with a run take it after; the caller does not wait). */
+/* Asks every prober for a probe (the caller does not wait). */
 static void ask_probe(kiln_pool *p) {
     atomic_store_explicit(&p->probes_done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->probe_gen, 1);
-    wake_sleepers(p);
+    pthread_cond_broadcast(&p->probe_cv);
+    pthread_mutex_unlock(&p->mu);
     p->probing = true;
 }
 
@@ -292,9 +324,9 @@ static void note_busy(kiln_pool *p, bool busy) {
     p->sample_cpu_ns = p->sample_wall_ns = 0;
 }
 
-/* Reads the probe asked for once every worker has finished it (p->probing cleared): true (a sign: another
- * stretch alone) when some worker got less than MIN_PROBE_SHARE of its wall time, false when none did (the next
- * run is parallel). false while a worker is still probing (p->probing stays set: the caller goes on alone). */
+/* Reads the probe asked for once every prober has finished it (p->probing cleared): true (a sign: another
+ * stretch alone) when some prober got less than MIN_PROBE_SHARE of its wall time, false when none did (the next
+ * run is parallel). false while a prober is still probing (p->probing stays set: the caller goes on alone). */
 static bool solo_probe_read(kiln_pool *p) {
     if (atomic_load_explicit(&p->probes_done, memory_order_acquire) < p->n - 1) return false;
     p->probing = false;

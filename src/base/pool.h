@@ -8,9 +8,10 @@
  * a chunk longer than its own part of the run took, i.e. a thread was descheduled inside one: once for over 20 ms,
  * or 3 times within 1024 runs; or the caller's thread got less than 85% of the wall time of sampled runs) the
  * caller computes the next runs alone (1000, a few tokens, doubling while the signs recur, up to 64000) and its
- * workers sleep, so a busy machine costs about the one-thread speed; then, still alone, it asks the workers for a
- * 20 ms probe of their CPU share, and uses its threads again only when every worker got 90% of its core (else
- * another stretch alone). Nothing is allocated per run; workers spin
+ * workers sleep, so a busy machine costs about the one-thread speed; then, still alone, it asks its probers (one
+ * per worker, at the idle scheduling priority, so they take no time from anyone) to spin 5 ms each, and uses its
+ * threads again only when every prober got 90% of a core (else another stretch alone). Nothing is allocated per
+ * run; workers spin
  * briefly, then sleep on a condition variable. The caller's counter sink (base/alloc.h) is carried to the
  * workers for the run, so what they count belongs to the caller. One run at a time per pool.
  */
