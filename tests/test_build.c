@@ -11,6 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* make as a user runs it: without the variables of a make that runs these tests (`make test-cuda CUDA_ARCHS=90`
+ * passes CUDA_ARCHS to every make below it through MAKEFLAGS, which would override what a test sets). */
+#define MAKE_ALONE "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory"
+
 /* ---- the public function names, parsed from the header (never a hard-coded list) ---- */
 
 typedef struct names {
@@ -154,7 +158,7 @@ TEST(build_install_places_library_with_symlinks) {
     char file[64], soname[64], cmd[1024], dir[600], lib[700];
     so_names(file, soname, sizeof file);
     snprintf(dir, sizeof dir, "%s/root", test_tmpdir());
-    snprintf(cmd, sizeof cmd, "make --no-print-directory -s install DESTDIR=%s PREFIX=/usr 2>&1", dir);
+    snprintf(cmd, sizeof cmd, MAKE_ALONE " -s install DESTDIR=%s PREFIX=/usr 2>&1", dir);
     char *out = NULL;
     int rc = test_run_cmd(cmd, &out);
     CHECKF(rc == 0, "make install failed (%d):\n%s", rc, out ? out : "");
@@ -183,7 +187,7 @@ TEST(build_install_places_library_with_symlinks) {
 /* The commands `make -n TARGETS` would run (it runs nothing but recursive makes, which only print too). */
 static char *make_dry(const char *args) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "make --no-print-directory -n %s 2>&1", args);
+    snprintf(cmd, sizeof cmd, MAKE_ALONE " -n %s 2>&1", args);
     char *out = NULL;
     int rc = test_run_cmd(cmd, &out);
     if (rc != 0) test_failf(__FILE__, __LINE__, "make -n %s failed (%d):\n%s", args, rc, out ? out : "");
@@ -257,7 +261,7 @@ TEST(build_cuda_machine_code_choice) {
     fclose(f);
     REQUIRE(chmod(fake, 0755) == 0);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH make --no-print-directory -n -B %s 2>&1", test_tmpdir(), obj);
+    snprintf(cmd, sizeof cmd, "PATH=%s:$PATH " MAKE_ALONE " -n -B %s 2>&1", test_tmpdir(), obj);
     out = NULL;
     CHECK_EQ_INT(test_run_cmd(cmd, &out), 0);
     CHECKF(out && strstr(out, "arch=compute_80,code=sm_80") && strstr(out, "arch=compute_90,code=sm_90") &&
@@ -287,7 +291,7 @@ TEST(build_cross_aarch64_compiles_and_links) {
     }
     free(out);
     out = NULL;
-    int rc = test_run_cmd("make --no-print-directory -s cross-aarch64 2>&1", &out);
+    int rc = test_run_cmd(MAKE_ALONE " -s cross-aarch64 2>&1", &out);
     CHECKF(rc == 0 && out && strstr(out, "links; every symbol"), "make cross-aarch64 failed (%d):\n%.4000s", rc,
            out ? out : "");
     free(out);
