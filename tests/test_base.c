@@ -170,30 +170,36 @@ TEST(base_pool_for_takes_over_a_stalled_workers_share) {
     }
 }
 
-/* After a long stall (a worker stopped 300 ms inside a chunk, far longer than the rest of the run takes, even under
- * qemu, and over the pool's 20 ms) the caller computes the next run alone, in one call. */
-TEST(base_pool_for_runs_alone_after_a_stall) {
-    static for_ctx c;
+/* A 2-thread pool whose last run had worker 1 stop 300 ms inside a chunk (far longer than the rest of the run takes,
+ * even under qemu, and over the pool's 20 ms: a long stall); fresh pools until the worker claimed a chunk, at most
+ * 50 (then the test fails and NULL). */
+static kiln_pool *pool_after_a_stall(for_ctx *c) {
     for (int tries = 0; tries < 50; tries++) {
         kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(2, &p));
-        memset(&c, 0, sizeof c);
-        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 300000, c.item_work = 200;
-        c.wait_worker_ms = 20;
-        kiln_pool_for(p, c.n, c.grain, for_work, &c);
-        if (c.slept) {
-            memset(&c, 0, sizeof c);
-            c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = 1000;
-            kiln_pool_for(p, c.n, c.grain, for_work, &c);
-            for_check(&c, "after a stall", 0);
-            CHECKF(c.calls == 1 && c.by[c.n - 1] == 0, "after a stall: %d calls, last item on thread %d", (int)c.calls,
-                   (int)c.by[c.n - 1]);
-            kiln_pool_close(p);
-            return;
-        }
+        if (kiln_pool_open(2, &p) != KILN_OK) break;
+        memset(c, 0, sizeof *c);
+        c->n = FOR_MAX, c->grain = 1, c->size = 2, c->sleep_ith = 1, c->sleep_us = 300000, c->item_work = 200;
+        c->wait_worker_ms = 20;
+        kiln_pool_for(p, c->n, c->grain, for_work, c);
+        if (c->slept) return p;
         kiln_pool_close(p);
     }
     test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
+    return NULL;
+}
+
+/* After a long stall the caller computes the next run alone, in one call. */
+TEST(base_pool_for_runs_alone_after_a_stall) {
+    static for_ctx c;
+    kiln_pool *p = pool_after_a_stall(&c);
+    if (!p) return;
+    memset(&c, 0, sizeof c);
+    c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = 1000;
+    kiln_pool_for(p, c.n, c.grain, for_work, &c);
+    for_check(&c, "after a stall", 0);
+    CHECKF(c.calls == 1 && c.by[c.n - 1] == 0, "after a stall: %d calls, last item on thread %d", (int)c.calls,
+           (int)c.by[c.n - 1]);
+    kiln_pool_close(p);
 }
 
 /* A stall has sent the pool alone; at the end of the stretch (1000 runs) it asks its idle-priority prober to spin
@@ -203,31 +209,22 @@ TEST(base_pool_for_runs_alone_after_a_stall) {
  * can find no free core and start another stretch: up to 10 s of runs. */
 TEST(base_pool_for_probes_the_workers_cores_before_it_returns_to_them) {
     static for_ctx c;
-    for (int tries = 0; tries < 50; tries++) {
-        kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(2, &p));
+    kiln_pool *p = pool_after_a_stall(&c);
+    if (!p) return;
+    const uint64_t t0 = kiln_now_ns();
+    int runs = 0;
+    do {
         memset(&c, 0, sizeof c);
-        c.n = FOR_MAX, c.grain = 1, c.size = 2, c.sleep_ith = 1, c.sleep_us = 300000, c.item_work = 200;
-        c.wait_worker_ms = 20;
+        c.n = 64, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = -40;
         kiln_pool_for(p, c.n, c.grain, for_work, &c);
-        if (!c.slept) { kiln_pool_close(p); continue; }
-        const uint64_t t0 = kiln_now_ns();
-        int runs = 0;
-        do {
-            memset(&c, 0, sizeof c);
-            c.n = 64, c.grain = 1, c.size = 2, c.sleep_ith = -1, c.item_work = -40;
-            kiln_pool_for(p, c.n, c.grain, for_work, &c);
-            for_check(&c, "after a stall", runs++);
-        } while (c.calls == 1 && kiln_now_ns() - t0 < 10000000000u && !test_failures());
-        const double ms = (double)(kiln_now_ns() - t0) / 1e6;
-        kiln_pool_close(p);
-        printf("  back to both threads after %d runs alone, %.1f ms\n", runs - 1, ms);
-        CHECKF(c.calls > 1, "no run used both threads in %.0f ms (%d runs) after a stall", ms, runs);
-        CHECKF(runs - 1 > 1000 && ms >= 5.0, "both threads again after %d runs alone and %.1f ms: not after a 5 ms "
-               "probe that followed the stretch of 1000 runs", runs - 1, ms);
-        return;
-    }
-    test_failf(__FILE__, __LINE__, "the worker never claimed a chunk in 50 runs");
+        for_check(&c, "after a stall", runs++);
+    } while (c.calls == 1 && kiln_now_ns() - t0 < 10000000000u && !test_failures());
+    const double ms = (double)(kiln_now_ns() - t0) / 1e6;
+    kiln_pool_close(p);
+    printf("  back to both threads after %d runs alone, %.1f ms\n", runs - 1, ms);
+    CHECKF(c.calls > 1, "no run used both threads in %.0f ms (%d runs) after a stall", ms, runs);
+    CHECKF(runs - 1 > 1000 && ms >= 5.0, "both threads again after %d runs alone and %.1f ms: not after a 5 ms "
+           "probe that followed the stretch of 1000 runs", runs - 1, ms);
 }
 
 /* A short stall: worker 1 stops 8 ms inside its first chunk of a 256-item run (a quiet machine's lost tick, under the
