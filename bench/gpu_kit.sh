@@ -5,12 +5,16 @@
 #                    that machine has no package manager), the tokenizers `kiln mkmodel` needs for the bench
 #                    shapes (SmolLM2, Llama 3) and the test data of the CUDA tests that fits (stories260K and
 #                    TinyStories-656K with their expected outputs)
+#                    and, with GPU_KIT_ARCHS="tiny-qwen2 tiny-qwen3 ..." (names in ../shared/models/archs), those
+#                    models and their expected outputs (each ~12 MB compressed: with the reference binary, none fit)
 #   DIR/llama.xz     the reference engine's CUDA binary (../shared/ref/cuda), unless GPU_KIT_NO_REF=1
 #   DIR/env.sh       to source first on that machine, from the repository root: unpacks the kit into /tmp/kit
 #                    and sets C_INCLUDE_PATH / LIBRARY_PATH / LD_LIBRARY_PATH, KILN_SHARED=/tmp/kit/shared and
 #                    KILN_LLAMA (the reference, unpacked into /tmp/llama)
 # Run here (it downloads the .deb files with apt-get download). Then, e.g.:
-#   device run, carry [".dev-gpu"]:  . .dev-gpu/env.sh && bash bench/cuda_patch_ab.sh bench/cuda_prefill_mma.patch
+#   device run, carry [".dev-gpu"]:  . .dev-gpu/env.sh && bash bench/cuda_patch_ab.sh PATCH
+#   GPU_KIT_NO_REF=1 GPU_KIT_ARCHS="tiny-qwen2 tiny-qwen3moe tiny-llama-rope-freqs" sh bench/gpu_kit.sh .dev-gput, then
+#   device run, carry [".dev-gput"]: . .dev-gput/env.sh && bash bench/gpu_suite.sh kernels/pipe-b-lag
 set -eu
 DIR=${1:-.dev-gpu}
 SHARED=${KILN_SHARED:-../shared}
@@ -36,6 +40,11 @@ cp -r "$SHARED/models/stories260K" "$T/kit/shared/models/"
 mkdir -p "$T/kit/shared/models/tinystories-656K"
 cp -r "$SHARED/models/tinystories-656K/TinyStories-656K-Q8_0.gguf" "$SHARED/models/tinystories-656K/expected" \
     "$SHARED/models/tinystories-656K/quants" "$T/kit/shared/models/tinystories-656K/"
+for a in ${GPU_KIT_ARCHS:-}; do
+    mkdir -p "$T/kit/shared/models/archs/expected/llama.cpp"
+    cp "$SHARED/models/archs/$a.gguf" "$T/kit/shared/models/archs/" || exit 1
+    cp "$SHARED/models/archs/expected/llama.cpp/$a."* "$T/kit/shared/models/archs/expected/llama.cpp/"
+done
 chmod -R u+w "$T/kit"
 tar cJf "$DIR/kit.tar.xz" -C "$T/kit" .
 if [ "${GPU_KIT_NO_REF:-0}" = 1 ]; then rm -f "$DIR/llama.xz"; else cp "$SHARED/ref/cuda/llama.xz" "$DIR/"; fi
