@@ -255,15 +255,6 @@ void kiln_pool_close(kiln_pool *p) {
 
 int kiln_pool_size(const kiln_pool *p) { return p->n; }
 
-/* Wakes the workers asleep in wait_run (after a new generation). */
-static void wake_sleepers(kiln_pool *p) {
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
 /* Publishes a run of n_chunks chunks: share s gets the chunks kiln_split gives it; then wakes the workers. */
 static void publish(kiln_pool *p, int n_chunks) {
     for (int s = 0; s < p->n; s++) {
@@ -273,7 +264,11 @@ static void publish(kiln_pool *p, int n_chunks) {
         atomic_store_explicit(&p->shares[s].range, (uint64_t)lo | (uint64_t)hi << 32, memory_order_release);
     }
     atomic_fetch_add(&p->generation, 1);
-    wake_sleepers(p);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 /* Asks every prober for a probe (the caller does not wait). */
