@@ -3,10 +3,10 @@
  * (issue 14: decode >= 80% of bytes of weights per token / read bandwidth). T threads (1 and 2 by default) each
  * sum their share of a buffer much larger than the caches (on transparent huge pages where the kernel gives them,
  * like kiln's interleaved weights), two ways: "plain", one pass with 8 independent 64-bit accumulators so the
- * loads are not serialized; "streams", the share's two halves at once, each prefetched 2 KB ahead (how kiln's
- * decode kernels read; on a Zen 4 VM one thread reads ~15% more that way than plain, so plain alone understated
- * the floor). Median of 7 passes each, wall clock; the floor is the larger. Pin it like the engines it is compared
- * with (taskset).
+ * loads are not serialized; "streams", the share's two halves at once, each prefetched 2 KB ahead, with 64-byte
+ * loads (how kiln's decode kernels read; on a Zen 4 VM one thread reads ~15% more that way than plain, so plain
+ * alone understated the floor). Median of 7 passes each, wall clock; the floor is the larger. Pin it like the
+ * engines it is compared with (taskset).
  *   usage: mem_read [MiB (default 1024)] [threads...]
  */
 #include <pthread.h>
@@ -42,28 +42,14 @@ static void *read_share(void *arg) {
     return NULL;
 }
 
-/* Sum of one share as two streams (its halves, 8 chains each), each prefetched 2 KB ahead. */
-static void *read_share_streams(void *arg) {
-    share *s = arg;
-    const size_t half = s->n / 2 / 8 * 8;
-    const uint64_t *p = s->p, *q = s->p + half;
-    uint64_t a[8] = {0}, b[8] = {0};
-    for (size_t i = 0; i < half; i += 8) {
-        __builtin_prefetch(p + i + 256);
-        __builtin_prefetch(q + i + 256);
-        for (int k = 0; k < 8; k++) a[k] += p[i + k], b[k] += q[i + k];
-    }
-    for (size_t i = 2 * half; i < s->n; i++) a[0] += s->p[i];
-    s->sum = 0;
-    for (int k = 0; k < 8; k++) s->sum += a[k] + b[k];
-    return NULL;
-}
-
-#if defined(__x86_64__)
-/* The same two streams with 64-byte vector loads (what kiln's AVX-512 kernels issue; more lines in flight per
- * instruction than 8-byte loads), used where the CPU has AVX-512. */
+/* Sum of one share as two streams (its halves), each prefetched 2 KB ahead, with 64-byte vector loads (what
+ * kiln's AVX-512 kernels issue: more lines in flight per instruction than 8-byte loads; where the CPU lacks
+ * AVX-512 the compiler splits them into what it has). */
 typedef uint64_t v8u __attribute__((vector_size(64)));
-__attribute__((target("avx512f"))) static void *read_share_streams512(void *arg) {
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
+static void *read_share_streams(void *arg) {
     share *s = arg;
     const size_t half = s->n / 2 / 32 * 32;
     const uint64_t *p = s->p, *q = s->p + half;
@@ -81,7 +67,6 @@ __attribute__((target("avx512f"))) static void *read_share_streams512(void *arg)
     s->sum = sum;
     return NULL;
 }
-#endif
 
 /* GB/s of one pass over buf (n words) by t threads, each reading its share with fn; *sink keeps the sums
  * observable. */
@@ -128,15 +113,11 @@ int main(int argc, char **argv) {
     uint64_t sink = 0;
     printf("| threads | plain GB/s | streams GB/s | floor GB/s |  (medians of %d passes over %ld MiB)\n"
            "|---:|---:|---:|---:|\n", PASSES, mib);
-    void *(*streams_fn)(void *) = read_share_streams;
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) streams_fn = read_share_streams512;
-#endif
     for (int i = 0; i < nt; i++) {
         double g[2][PASSES];
         for (int r = 0; r < PASSES; r++) { /* the two ways alternated */
             g[0][r] = one_pass(read_share, buf, n, threads[i], &sink);
-            g[1][r] = one_pass(streams_fn, buf, n, threads[i], &sink);
+            g[1][r] = one_pass(read_share_streams, buf, n, threads[i], &sink);
         }
         for (int w = 0; w < 2; w++) qsort(g[w], PASSES, sizeof g[w][0], bench_cmp_double);
         const double plain = g[0][PASSES / 2], streams = g[1][PASSES / 2];
