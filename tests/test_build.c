@@ -12,8 +12,9 @@
 #include <unistd.h>
 
 /* make as a user runs it: without the variables of a make that runs these tests (`make test-cuda CUDA_ARCHS=90`
- * passes CUDA_ARCHS to every make below it through MAKEFLAGS, which would override what a test sets). */
-#define MAKE_ALONE "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory"
+ * passes CUDA_ARCHS to every make below it through MAKEFLAGS and the environment, which would override what a
+ * test sets or leaves to the default). */
+#define MAKE_ALONE "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u CUDA_ARCHS -u CUDA_WANT_SASS make --no-print-directory"
 
 /* ---- the public function names, parsed from the header (never a hard-coded list) ---- */
 
