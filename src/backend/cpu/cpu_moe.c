@@ -2,7 +2,6 @@
  * two-run product and its reference (see cpu_moe.h). */
 #include "backend/cpu/cpu_moe.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
@@ -75,6 +74,9 @@ size_t cpu_moe_layout(cpu_moe_buf *b, uint8_t *base, const kiln_blocks *d, int m
     b->qg_up_d = two ? carve(base, &off, BK * (E / 32) * 4) : b->qg_d;
     b->qh = carve(base, &off, BK * b->qrow_f);
     b->qh_d = carve(base, &off, BK * (F / 32) * 4);
+    b->yu_g = carve(base, &off, E);
+    b->yu_u = two ? carve(base, &off, E) : b->yu_g;
+    b->yu_h = carve(base, &off, K * F);
     b->xg = carve(base, &off, B * E * 4);
     b->hg = carve(base, &off, BK * F * 4);
     b->hu = carve(base, &off, BK * F * 4);
@@ -139,10 +141,12 @@ static int route_rows(kiln_pool *pool, const kiln_block_ffn *f, const float *x, 
 
 /* ---- the fused path ---- */
 
-/* One weight type's dot: the fast single dot and the tiled kernel that reproduces it. */
+/* One weight type's dot: the fast single dot and the kernels that reproduce it, tiled and for one row. */
 typedef struct moe_dot {
     kiln_vec_dot_fn dot;
     cpu_gemm_fn rows;
+    cpu_gemm_fn row1; /* one activation row against many weight rows (decode, cpu_matmul's), or NULL */
+    bool row1_yu;     /* row1 reads the activation row's values in k4 order too (cpu_gemm_row1_reads_yu) */
     size_t wrow;      /* bytes of one weight row */
     size_t wmat;      /* bytes of one expert's matrix */
     bool q8_0;        /* the activations are Q8_0 (the tiled kernel reads their scales as floats) */
@@ -154,7 +158,26 @@ static moe_dot moe_dot_of(const kiln_weight *w) {
     moe_dot d = {.dot = ti->vec_dot_fast ? ti->vec_dot_fast : ti->vec_dot, .wrow = kiln_row_bytes(w->type, w->ne[0]),
                  .wmat = (size_t)(w->nbytes / w->ne[2]), .q8_0 = ti->vec_dot_type == KILN_TYPE_Q8_0};
     d.rows = cpu_gemm_select(d.dot);
+    d.row1 = cpu_gemm_row1_select(d.dot);
+    d.row1_yu = d.row1 && cpu_gemm_row1_reads_yu(d.dot);
     return d;
+}
+
+/* Weight rows [r0, r1) of w against one converted row y (its Q8_0 scales yd; yu its k4 order, or NULL) into
+ * s[r0..r1): the single-row kernel (two streams, prefetched as cpu_matmul's decode) where it has what it reads,
+ * else the plain dot row by row, prefetched CPU_PREFETCH_ROWS ahead; either bit-identical to d->dot. */
+static void dot_row1(const moe_dot *d, int n, const uint8_t *w, int r0, int r1, const uint8_t *y, const float *yd,
+                     const uint8_t *yu, float *s) {
+    if (d->row1 && (yu || !d->row1_yu)) {
+        const cpu_gemm_args a = {.dot = d->dot, .n = n, .w = w, .w_stride = d->wrow, .y = y,
+                                 .yd = d->q8_0 ? yd : NULL, .yu = yu, .out = s};
+        d->row1(&a, r0, r1, 0, 1);
+        return;
+    }
+    for (int r = r0; r < r1; r++) {
+        if (r + CPU_PREFETCH_ROWS < r1) cpu_prefetch_row(w + (size_t)(r + CPU_PREFETCH_ROWS) * d->wrow, d->wrow);
+        d->dot(n, s + r, w + (size_t)r * d->wrow, y);
+    }
 }
 
 /* s[i * s_stride] = dot(weight row w, converted row y + i * y_stride) for i < ny: bit-identical to cpu_matmul's. */
@@ -183,24 +206,26 @@ typedef struct moe_job {
     const float *x;
     float *out;
     moe_dot gate, up, down;
-    int B, k, E, F, n_used, n_items, n_blk;
-    atomic_int next; /* the next work item to claim */
+    int B, k, E, F, n_used, n_blk;
 } moe_job;
 
-/* Each row of x converted once (into the grouped position of its first slot), then copied to its other slots. */
-static void convert_x(void *ctx, int ith, int nth) {
+/* Rows [lo, hi) of x, each converted once (into the grouped position of its first slot), then copied to its
+ * other slots. */
+static void convert_x(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
     cpu_moe_buf *b = j->b;
     const int E = j->E, nd = E / 32;
     const bool two = vdt(j->f->gate) != vdt(j->f->up);
     const size_t sd = vdt(j->f->gate) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0,
                  sdu = vdt(j->f->up) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0; /* scale bytes copied */
-    int lo, hi;
-    kiln_split(j->B, ith, nth, &lo, &hi);
+    (void)ith;
     for (int t = lo; t < hi; t++) {
         const size_t p0 = (size_t)b->pos[t * j->k];
         convert_row(j->f->gate->type, j->x + (size_t)t * E, E, b->qg + p0 * b->qrow_e, b->qg_d + p0 * nd);
         if (two) convert_row(j->f->up->type, j->x + (size_t)t * E, E, b->qg_up + p0 * b->qrow_e, b->qg_up_d + p0 * nd);
+        if (j->B == 1 && (j->gate.row1_yu || (!two && j->up.row1_yu))) /* yu_u is yu_g when !two */
+            cpu_gemm_k4_order_row(b->qg + p0 * b->qrow_e, E, b->yu_g);
+        if (j->B == 1 && two && j->up.row1_yu) cpu_gemm_k4_order_row(b->qg_up + p0 * b->qrow_e, E, b->yu_u);
         for (int s = 1; s < j->k; s++) {
             const size_t p = (size_t)b->pos[t * j->k + s];
             memcpy(b->qg + p * b->qrow_e, b->qg + p0 * b->qrow_e, b->qrow_e);
@@ -212,15 +237,17 @@ static void convert_x(void *ctx, int ith, int nth) {
     }
 }
 
-/* Each entry's SwiGLU row converted for the down's dot. */
-static void convert_h(void *ctx, int ith, int nth) {
+/* Entries [lo, hi)'s SwiGLU rows converted for the down's dot. */
+static void convert_h(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
     cpu_moe_buf *b = j->b;
-    int lo, hi;
-    kiln_split(j->B * j->k, ith, nth, &lo, &hi);
-    for (int p = lo; p < hi; p++)
+    (void)ith;
+    for (int p = lo; p < hi; p++) {
         convert_row(j->f->down->type, b->hg + (size_t)p * j->F, j->F, b->qh + (size_t)p * b->qrow_f,
                     b->qh_d + (size_t)p * (j->F / 32));
+        if (j->B == 1 && j->down.row1_yu)
+            cpu_gemm_k4_order_row(b->qh + (size_t)p * b->qrow_f, j->F, b->yu_h + (size_t)p * j->F);
+    }
 }
 
 /* Work item (u, blk): rows blk of chosen expert u's gate and up against all its entries, then their SwiGLU. */
@@ -233,22 +260,24 @@ static void gate_up_item(moe_job *j, int u, int blk) {
     const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = b->qg_up + (size_t)p0 * b->qrow_e;
     const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = b->qg_up_d + (size_t)p0 * (E / 32);
     float *hg = b->hg + (size_t)p0 * F, *hu = b->hu + (size_t)p0 * F;
-    for (int r = r0; r < r1; r++) {
-        if (n == 1 && r + CPU_PREFETCH_ROWS < r1) { /* one entry: the plain dot, streamed as cpu_matmul's */
-            cpu_prefetch_row(G + (size_t)(r + CPU_PREFETCH_ROWS) * j->gate.wrow, j->gate.wrow);
-            cpu_prefetch_row(U + (size_t)(r + CPU_PREFETCH_ROWS) * j->up.wrow, j->up.wrow);
+    if (n == 1) { /* one entry: its row against the block's weight rows, streamed as cpu_matmul's decode */
+        const bool one = j->B == 1; /* the k4 order exists for a batch of one row */
+        dot_row1(&j->gate, E, G, r0, r1, qg, qgd, one ? b->yu_g : NULL, hg);
+        dot_row1(&j->up, E, U, r0, r1, qu, qud, one ? b->yu_u : NULL, hu);
+    } else {
+        for (int r = r0; r < r1; r++) {
+            dot_entries(&j->gate, E, G + (size_t)r * j->gate.wrow, qg, b->qrow_e, qgd, n, hg + r, (size_t)F);
+            dot_entries(&j->up, E, U + (size_t)r * j->up.wrow, qu, b->qrow_e, qud, n, hu + r, (size_t)F);
         }
-        dot_entries(&j->gate, E, G + (size_t)r * j->gate.wrow, qg, b->qrow_e, qgd, n, hg + r, (size_t)F);
-        dot_entries(&j->up, E, U + (size_t)r * j->up.wrow, qu, b->qrow_e, qud, n, hu + r, (size_t)F);
     }
     for (int i = 0; i < n; i++) cpu_swiglu(hg + (size_t)i * F + r0, hu + (size_t)i * F + r0, r1 - r0);
 }
 
-static void gate_up_run(void *ctx, int ith, int nth) {
-    (void)ith, (void)nth;
+/* Work items [lo, hi) of the gate/up run (item it = (it / n_blk, it % n_blk)). */
+static void gate_up_run(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
-    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;)
-        gate_up_item(j, it / j->n_blk, it % j->n_blk);
+    (void)ith;
+    for (int it = lo; it < hi; it++) gate_up_item(j, it / j->n_blk, it % j->n_blk);
 }
 
 /* Columns [c0, c1) of chosen experts [u0, u1)'s down against all their entries, into yk. */
@@ -260,9 +289,12 @@ static void down_cols(moe_job *j, int u0, int u1, int c0, int c1) {
         const uint8_t *D = (const uint8_t *)j->f->down->data + (size_t)e * j->down.wmat;
         const uint8_t *qh = b->qh + (size_t)p0 * b->qrow_f;
         const float *qhd = b->qh_d + (size_t)p0 * (F / 32);
+        if (n == 1) {
+            dot_row1(&j->down, F, D, c0, c1, qh, qhd, j->B == 1 ? b->yu_h + (size_t)p0 * F : NULL,
+                     b->yk + (size_t)p0 * E);
+            continue;
+        }
         for (int c = c0; c < c1; c++) {
-            if (n == 1 && c + CPU_PREFETCH_ROWS < c1)
-                cpu_prefetch_row(D + (size_t)(c + CPU_PREFETCH_ROWS) * j->down.wrow, j->down.wrow);
             dot_entries(&j->down, F, D + (size_t)c * j->down.wrow, qh, b->qrow_f, qhd, n, b->yk + (size_t)p0 * E + c,
                         (size_t)E);
         }
@@ -288,29 +320,28 @@ static void mix_cols(moe_job *j, int t0, int t1, int c0, int c1) {
     }
 }
 
-/* Work item (u, blk) = output columns blk of chosen expert u's down (each expert's matrix read in long runs,
- * also in decode: measured faster there than column blocks of every expert with the mix in the same run); the
- * mix follows in its own run. */
-static void down_run(void *ctx, int ith, int nth) {
-    (void)ith, (void)nth;
+/* Work items [lo, hi) of the down run: item (u, blk) = output columns blk of chosen expert u's down (each
+ * expert's matrix read in long runs, also in decode: measured faster there than column blocks of every expert
+ * with the mix in the same run); the mix follows in its own run. */
+static void down_run(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
-    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_items;) {
+    (void)ith;
+    for (int it = lo; it < hi; it++) {
         const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_DOWN_COLS;
         down_cols(j, u, u + 1, c0, c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E);
     }
 }
 
-static void mix_run(void *ctx, int ith, int nth) {
-    moe_job *j = ctx;
-    int lo, hi;
-    kiln_split(j->B, ith, nth, &lo, &hi);
-    mix_cols(j, lo, hi, 0, j->E);
+static void mix_run(void *ctx, int lo, int hi, int ith) {
+    (void)ith;
+    mix_cols(ctx, lo, hi, 0, ((moe_job *)ctx)->E);
 }
 
-/* fn on the pool, or on the calling thread when the work is small. */
-static void run_maybe(kiln_pool *pool, kiln_pool_fn fn, moe_job *j, bool small) {
-    if (small) fn(j, 0, 1);
-    else kiln_pool_run(pool, fn, j);
+/* fn over items [0, n) on the pool (in chunks that a late thread's share cannot hold up: kiln_pool_for), or on
+ * the calling thread when the work is small. */
+static void run_maybe(kiln_pool *pool, kiln_pool_range_fn fn, moe_job *j, int n, bool small) {
+    if (small) fn(j, 0, n, 0);
+    else kiln_pool_for(pool, n, 1, fn, j);
 }
 
 void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, float *out, cpu_moe_buf *b,
@@ -321,17 +352,13 @@ void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B
                  .down = moe_dot_of(f->down), .B = B, .k = f->n_expert_used, .E = b->n_embd, .F = f->n_ff,
                  .n_used = n_used};
     const int64_t n_entries = (int64_t)B * j.k, work = n_entries * j.F * j.E;
-    run_maybe(pool, convert_x, &j, (int64_t)B * j.E < MOE_SMALL_CONVERT);
+    run_maybe(pool, convert_x, &j, B, (int64_t)B * j.E < MOE_SMALL_CONVERT);
     j.n_blk = (j.F + MOE_GATE_ROWS - 1) / MOE_GATE_ROWS;
-    j.n_items = n_used * j.n_blk;
-    atomic_init(&j.next, 0);
-    run_maybe(pool, gate_up_run, &j, 2 * work < MOE_SMALL_WORK);
-    run_maybe(pool, convert_h, &j, n_entries * j.F < MOE_SMALL_CONVERT);
-    atomic_store_explicit(&j.next, 0, memory_order_relaxed);
+    run_maybe(pool, gate_up_run, &j, n_used * j.n_blk, 2 * work < MOE_SMALL_WORK);
+    run_maybe(pool, convert_h, &j, (int)n_entries, n_entries * j.F < MOE_SMALL_CONVERT);
     j.n_blk = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
-    j.n_items = n_used * j.n_blk;
-    run_maybe(pool, down_run, &j, work < MOE_SMALL_WORK);
-    run_maybe(pool, mix_run, &j, n_entries * j.E < MOE_SMALL_CONVERT);
+    run_maybe(pool, down_run, &j, n_used * j.n_blk, work < MOE_SMALL_WORK);
+    run_maybe(pool, mix_run, &j, B, n_entries * j.E < MOE_SMALL_CONVERT);
 }
 
 /* ---- the reference ---- */

@@ -8,8 +8,9 @@
  * The (row, slot) entries of a batch are grouped by expert, so each chosen expert's weights are read once
  * per call and the experts nobody chose are not read at all (decode reads k of n_expert). The fused path
  * (cpu_moe_ffn) takes two thread-pool runs for all experts together: one for gate and up (work items =
- * (chosen expert, block of weight rows), claimed by the threads as they come free, the SwiGLU done by the
- * item on its rows), one for down (items = (chosen expert, block of output columns)); then the weighted sum
+ * (chosen expert, block of weight rows) in chunks of kiln_pool_for, which a late thread cannot hold up (a share
+ * of kiln_pool_run could: the pool took the wait for a descheduled thread and ran alone, 30 instead of 52 tok/s
+ * of 2-thread qwen3-30b-a3b prefill on a noisy VM), the SwiGLU done by the item on its rows), one for down (items = (chosen expert, block of output columns)); then the weighted sum
  * in the order of the choice (on the calling thread when small, a third run for a batch). Each row's
  * activations are converted once for the dot. cpu_moe_ffn_ref is the straightforward form it must equal bit for bit
  * (per expert: gather its rows, three cpu_matmul calls). A row's arithmetic does not depend on the other
@@ -41,6 +42,8 @@ typedef struct cpu_moe_buf {
     float *qg_d, *qg_up_d; /* (B * k, n_embd / 32) Q8_0 block scales of the gathered rows as floats */
     uint8_t *qh;         /* (B * k) the SwiGLU rows converted for the down's dot */
     float *qh_d;         /* (B * k, n_ff / 32) their Q8_0 block scales as floats */
+    uint8_t *yu_g, *yu_u, *yu_h; /* one row (decode): the gate's / up's row (n_embd) and the k SwiGLU rows (k, n_ff)
+                                  * in the order a single-row kernel reads (cpu_gemm_row1_reads_yu), else unused */
     size_t qrow_e, qrow_f; /* bytes of one converted row of n_embd (gate, up) / n_ff (down) values */
     float *xg;           /* (B, n_embd) the rows routed to one expert, gathered (the reference) */
     float *hg, *hu;      /* (B * k, n_ff) the gate and up outputs per entry (gate: then the SwiGLU) */
