@@ -7,7 +7,8 @@
 #            (tg64), and after a prompt of 512: `-p 512 -n 64` against `-p 0 -n 64 -d 512` (tg64@512)
 # Usage: KILN_LLAMA_BENCH=path/to/llama-bench bash bench/cpu_side_by_side.sh [ROUNDS [THREADS [PROMPTS [FILES]]]]
 #   defaults (DEPTH_TESTS="" leaves tg64@512 out): 3 rounds, threads "1 2", prompts "128 512", files "smollm2-135m-q8_0 llama-3.2-1b-q8_0
-#   llama-3.2-1b-q4_K"; KILN_BIN (default ./kiln); the reference unpacked from ../shared/ref/cpu/llama-bench.xz
+#   llama-3.2-1b-q4_K"; also qwen3-30b-a3b-q4_K (17.3 GB, --expert-codes: keep it on a disk, not a tmpfs, where
+#   the box has less than ~40 GB: the reference copies its experts into repacked buffers); KILN_BIN (default ./kiln); the reference unpacked from ../shared/ref/cpu/llama-bench.xz
 #   when KILN_LLAMA_BENCH is unset. Logs in $KILN_BENCH_OUT (default bench/out); the table on stdout.
 set -u
 ROUNDS=${1:-3} THREADS=${2:-1 2} PROMPTS=${3:-128 512}
@@ -24,8 +25,12 @@ if [ -z "$REF" ]; then
 fi
 for f in $FILES; do # NAME = SHAPE-TYPE; the vocabulary by family
     [ -f "$M/$f.gguf" ] && continue
-    case $f in smollm2*) v=smollm2-135m-instruct ;; llama-3*) v=llama3 ;; *) echo "no vocabulary for $f" >&2; exit 2 ;; esac
-    "$KILN" mkmodel --quiet --shape "${f%-*}" --type "${f##*-}" --vocab "$SHARED/models/tokenizers/$v" -o "$M/$f.gguf" || exit 1
+    case $f in smollm2*) v=smollm2-135m-instruct ;; llama-3*) v=llama3 ;; qwen3*) v=qwen3 ;;
+        *) echo "no vocabulary for $f" >&2; exit 2 ;; esac
+    x="" # a mixture of experts: random codes under fixed scales (quantizing 29B values takes hours here)
+    case $f in *-a3b-*) x=--expert-codes ;; esac
+    "$KILN" mkmodel --quiet --shape "${f%-*}" --type "${f##*-}" --vocab "$SHARED/models/tokenizers/$v" $x \
+        -o "$M/$f.gguf" || exit 1
 done
 kiln_tps() { # file threads prompt gen what -> tok/s
     "$KILN" bench -m "$M/$1.gguf" --device cpu --threads "$2" -p "$3" -n "$4" -r 3 --json 2> /dev/null |
