@@ -6,9 +6,10 @@
 #   decode:  `kiln bench --device cpu --threads T -p 16 -n 64 -r 3` against `llama-bench -t T -p 0 -n 64 -r 3`
 #            (tg64), and after a prompt of 512: `-p 512 -n 64` against `-p 0 -n 64 -d 512` (tg64@512)
 # Usage: KILN_LLAMA_BENCH=path/to/llama-bench bash bench/cpu_side_by_side.sh [ROUNDS [THREADS [PROMPTS [FILES]]]]
-#   defaults (DEPTH_TESTS="" leaves tg64@512 out): 3 rounds, threads "1 2", prompts "128 512", files "smollm2-135m-q8_0 llama-3.2-1b-q8_0
-#   llama-3.2-1b-q4_K"; also qwen3-30b-a3b-q4_K (17.3 GB, --expert-codes: keep it on a disk, not a tmpfs, where
-#   the box has less than ~40 GB: the reference copies its experts into repacked buffers); KILN_BIN (default ./kiln); the reference unpacked from ../shared/ref/cpu/llama-bench.xz
+#   defaults (DEPTH_TESTS="" leaves tg64@512 out): 3 rounds, threads "1 2", prompts "128 512", files
+#   "smollm2-135m-q8_0 llama-3.2-1b-q8_0 llama-3.2-1b-q4_K"; also qwen3-30b-a3b-q4_K (17.3 GB, --expert-codes;
+#   keep it on a disk, not a tmpfs, where the box has less than ~40 GB: the reference copies its experts into
+#   repacked buffers); KILN_BIN (default ./kiln); the reference unpacked from ../shared/ref/cpu/llama-bench.xz
 #   when KILN_LLAMA_BENCH is unset. Logs in $KILN_BENCH_OUT (default bench/out); the table on stdout.
 set -u
 ROUNDS=${1:-3} THREADS=${2:-1 2} PROMPTS=${3:-128 512}
