@@ -206,7 +206,7 @@ typedef struct moe_job {
     const float *x;
     float *out;
     moe_dot gate, up, down;
-    int B, k, E, F, n_used, n_blk;
+    int B, k, E, F, n_used, n_blk, blk; /* the run's work items per chosen expert, and rows (columns) per item */
 } moe_job;
 
 /* Rows [lo, hi) of x, each converted once (into the grouped position of its first slot), then copied to its
@@ -254,7 +254,7 @@ static void convert_h(void *ctx, int lo, int hi, int ith) {
 static void gate_up_item(moe_job *j, int u, int blk) {
     cpu_moe_buf *b = j->b;
     const int e = b->used[u], p0 = b->first[e], n = b->first[e + 1] - p0, E = j->E, F = j->F;
-    const int r0 = blk * MOE_GATE_ROWS, r1 = r0 + MOE_GATE_ROWS < F ? r0 + MOE_GATE_ROWS : F;
+    const int r0 = blk * j->blk, r1 = r0 + j->blk < F ? r0 + j->blk : F;
     const uint8_t *G = (const uint8_t *)j->f->gate->data + (size_t)e * j->gate.wmat,
                   *U = (const uint8_t *)j->f->up->data + (size_t)e * j->up.wmat;
     const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = b->qg_up + (size_t)p0 * b->qrow_e;
@@ -327,8 +327,8 @@ static void down_run(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
     (void)ith;
     for (int it = lo; it < hi; it++) {
-        const int u = it / j->n_blk, c0 = it % j->n_blk * MOE_DOWN_COLS;
-        down_cols(j, u, u + 1, c0, c0 + MOE_DOWN_COLS < j->E ? c0 + MOE_DOWN_COLS : j->E);
+        const int u = it / j->n_blk, c0 = it % j->n_blk * j->blk;
+        down_cols(j, u, u + 1, c0, c0 + j->blk < j->E ? c0 + j->blk : j->E);
     }
 }
 
@@ -353,10 +353,14 @@ void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B
                  .n_used = n_used};
     const int64_t n_entries = (int64_t)B * j.k, work = n_entries * j.F * j.E;
     run_maybe(pool, convert_x, &j, B, (int64_t)B * j.E < MOE_SMALL_CONVERT);
-    j.n_blk = (j.F + MOE_GATE_ROWS - 1) / MOE_GATE_ROWS;
+    /* one row (decode): an item per expert, each matrix streamed whole by the single-row kernel (in 32-row items
+     * each stream restarted its prefetch 24 times per matrix) */
+    j.blk = B == 1 ? j.F : MOE_GATE_ROWS;
+    j.n_blk = (j.F + j.blk - 1) / j.blk;
     run_maybe(pool, gate_up_run, &j, n_used * j.n_blk, 2 * work < MOE_SMALL_WORK);
     run_maybe(pool, convert_h, &j, (int)n_entries, n_entries * j.F < MOE_SMALL_CONVERT);
-    j.n_blk = (j.E + MOE_DOWN_COLS - 1) / MOE_DOWN_COLS;
+    j.blk = B == 1 ? j.E : MOE_DOWN_COLS;
+    j.n_blk = (j.E + j.blk - 1) / j.blk;
     run_maybe(pool, down_run, &j, n_used * j.n_blk, work < MOE_SMALL_WORK);
     run_maybe(pool, mix_run, &j, B, n_entries * j.E < MOE_SMALL_CONVERT);
 }

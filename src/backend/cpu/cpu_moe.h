@@ -8,13 +8,15 @@
  * The (row, slot) entries of a batch are grouped by expert, so each chosen expert's weights are read once
  * per call and the experts nobody chose are not read at all (decode reads k of n_expert). The fused path
  * (cpu_moe_ffn) takes two thread-pool runs for all experts together: one for gate and up (work items =
- * (chosen expert, block of weight rows) in chunks of kiln_pool_for, which a late thread cannot hold up (a share
- * of kiln_pool_run could: the pool took the wait for a descheduled thread and ran alone, 30 instead of 52 tok/s
- * of 2-thread qwen3-30b-a3b prefill on a noisy VM), the SwiGLU done by the item on its rows), one for down (items = (chosen expert, block of output columns)); then the weighted sum
- * in the order of the choice (on the calling thread when small, a third run for a batch). Each row's
- * activations are converted once for the dot. cpu_moe_ffn_ref is the straightforward form it must equal bit for bit
- * (per expert: gather its rows, three cpu_matmul calls). A row's arithmetic does not depend on the other
- * rows of the batch, nor on the number of threads.
+ * (chosen expert, block of weight rows), the SwiGLU done by the item on its rows; for one row (decode) the
+ * block is all the rows, which the single-row kernel streams whole), one for down (items = (chosen expert,
+ * block of output columns)); then the weighted sum in the order of the choice (on the calling thread when
+ * small, a third run for a batch). The runs go in chunks of kiln_pool_for, which a late thread cannot hold up
+ * (a share of kiln_pool_run could: the pool took the wait for a descheduled thread as a busy machine and ran
+ * alone, 30 instead of 52 tok/s of 2-thread qwen3-30b-a3b prefill on a noisy VM). Each row's activations are
+ * converted once for the dot. cpu_moe_ffn_ref is the straightforward form it must equal bit for bit (per
+ * expert: gather its rows, three cpu_matmul calls). A row's arithmetic does not depend on the other rows of
+ * the batch, nor on the number of threads.
  */
 #ifndef KILN_CPU_MOE_H
 #define KILN_CPU_MOE_H
