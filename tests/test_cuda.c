@@ -557,6 +557,17 @@ static bool load_ids(const char *rel, char *model, size_t cap, int32_t *ids, siz
     return *n > 0;
 }
 
+/* The CPU and the CUDA backend over m, one sequence and one output row each, for the tests that compare them
+ * step by step (the CPU one closed again when the CUDA one fails). */
+static kiln_status open_cpu_and_cuda(const kiln_model *m, int n_ctx, int max_batch, void **sc, void **sg) {
+    const kiln_backend_config cfg = {.n_ctx = n_ctx, .max_batch = max_batch, .n_seq = 1, .max_out = 1, .n_threads = 2};
+    kiln_phases ph_cpu = {0}, ph_cu = {0};
+    kiln_status st = kiln_backend_cpu.open(m, &cfg, &ph_cpu, sc);
+    if (st != KILN_OK) return st;
+    if ((st = kiln_backend_cuda()->open(m, &cfg, &ph_cu, sg)) != KILN_OK) kiln_backend_cpu.close(*sc), *sc = NULL;
+    return st;
+}
+
 /* CUDA against the CPU backend on every trained model file: greedy from BOS for 64 steps in lockstep (the
  * CUDA pick feeds both), cosine >= 0.999 at every step, the CUDA argmax equal to its own logits' argmax and
  * to llama.cpp's ids for at least 50 steps; then prefills of 16 tokens (the few-rows kernel) and 80 tokens (the
@@ -587,11 +598,8 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
         kiln_model *m;
         REQUIRE_OK(kiln_model_open(test_shared(rel), &m));
         const int V = m->hp.n_vocab;
-        kiln_backend_config cfg = {.n_ctx = 128, .max_batch = 80, .n_seq = 1, .max_out = 1, .n_threads = 2};
-        kiln_phases ph_cpu = {0}, ph_cu = {0};
         void *sc = NULL, *sg = NULL;
-        REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
-        REQUIRE_OK(cu->open(m, &cfg, &ph_cu, &sg));
+        REQUIRE_OK(open_cpu_and_cuda(m, 128, 80, &sc, &sg));
         float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
         int32_t tok = 1, ids[64];
         double worst = 1.0;
@@ -665,11 +673,8 @@ TEST(cuda_long_prefill_matches_cpu_on_real_head_sizes) {
         kiln_model *m;
         REQUIRE_OK(kiln_model_open(path, &m));
         const int V = m->hp.n_vocab;
-        kiln_backend_config cfg = {.n_ctx = 512, .max_batch = 300, .n_seq = 1, .max_out = 1, .n_threads = 2};
-        kiln_phases ph_cpu = {0}, ph_cu = {0};
         void *sc = NULL, *sg = NULL;
-        REQUIRE_OK(kiln_backend_cpu.open(m, &cfg, &ph_cpu, &sc));
-        REQUIRE_OK(cu->open(m, &cfg, &ph_cu, &sg));
+        REQUIRE_OK(open_cpu_and_cuda(m, 512, 300, &sc, &sg));
         float *lc = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V);
         int32_t ids[400];
         for (int i = 0; i < 400; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
