@@ -263,6 +263,55 @@ TEST(cpu_moe_fused_equals_reference_bit_for_bit) {
     }
 }
 
+/* A model whose blocks convert x differently: one MoE block's gate and up dot against different activation types
+ * (Q8_0 and Q8_K), so the buffers hold a conversion for the up of its own, and a uniform Q4_K block that must not
+ * read that buffer (it holds nothing of this call: filled with a byte pattern here). The uniform block's fused
+ * path equals its reference bit for bit, one row (decode) and a batch. */
+TEST(cpu_moe_block_without_its_own_up_conversion_ignores_the_buffer) {
+    kiln_formats_init();
+    static moe_case mixed, q4k, q8;
+    static float x[NB * E], want[NB * E], got[NB * E];
+    make_case(&q4k, KILN_TYPE_Q4_K, 4100);
+    make_case(&q8, KILN_TYPE_Q8_0, 4101);
+    mixed = q8;
+    mixed.blk.ffn.up = &q4k.w_up; /* gate Q8_0 (Q8_0 activations), up Q4_K (Q8_K activations) */
+    kiln_block blocks[2] = {mixed.blk, q4k.blk};
+    const kiln_blocks d = {.n_block = 2, .n_embd = E, .blocks = blocks};
+    cpu_moe_buf b;
+    const size_t n = cpu_moe_layout(&b, NULL, &d, NB);
+    uint8_t *mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    REQUIRE(mem);
+    cpu_moe_layout(&b, mem, &d, NB);
+    REQUIRE(b.qg_up != b.qg);
+    size_t sb = 0;
+    for (int t = 0; t < 2; t++)
+        for (int w = 0; w < 2; w++) {
+            const size_t z = cpu_matmul_scratch_bytes(t ? KILN_TYPE_Q4_K : KILN_TYPE_Q8_0, w ? F : E, NB);
+            sb = z > sb ? z : sb;
+        }
+    void *scratch = aligned_alloc(64, (sb + 63) & ~(size_t)63);
+    REQUIRE(scratch);
+    kiln_pool *pool;
+    REQUIRE_OK(kiln_pool_open(2, &pool));
+    uint64_t rng = 77;
+    for (int i = 0; i < NB * E; i++) x[i] = test_rand_normal(&rng);
+    for (int B = 1; B <= NB; B += NB - 1) {
+        cpu_moe_ffn_ref(pool, &q4k.blk.ffn, x, B, want, &b, scratch);
+        memset(mem, 0x5a, n); /* the up's own conversion (and everything else) stale */
+        cpu_moe_ffn(pool, &q4k.blk.ffn, x, B, got, &b, scratch);
+        int bad = -1;
+        for (int i = 0; i < B * E && bad < 0; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float))) bad = i;
+        CHECKF(bad < 0, "%d rows: the uniform block's fused path != its reference at row %d col %d (%.9g vs %.9g)", B,
+               bad / E, bad % E, bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+    }
+    kiln_pool_close(pool);
+    free(scratch);
+    free(mem);
+    free_case(&q4k);
+    free_case(&q8);
+}
+
 /* Decode reads only the chosen experts: with every other expert's bytes set to 0xff (NaN scales and
  * values in every type), one row's output is unchanged, bit for bit. */
 TEST(cpu_moe_reads_only_the_chosen_experts) {

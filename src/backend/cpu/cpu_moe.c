@@ -223,7 +223,7 @@ static void convert_x(void *ctx, int lo, int hi, int ith) {
         const size_t p0 = (size_t)b->pos[t * j->k];
         convert_row(j->f->gate->type, j->x + (size_t)t * E, E, b->qg + p0 * b->qrow_e, b->qg_d + p0 * nd);
         if (two) convert_row(j->f->up->type, j->x + (size_t)t * E, E, b->qg_up + p0 * b->qrow_e, b->qg_up_d + p0 * nd);
-        if (j->B == 1 && (j->gate.row1_yu || (!two && j->up.row1_yu))) /* yu_u is yu_g when !two */
+        if (j->B == 1 && (j->gate.row1_yu || (!two && j->up.row1_yu))) /* the up reads yu_g too when !two */
             cpu_gemm_k4_order_row(b->qg + p0 * b->qrow_e, E, b->yu_g);
         if (j->B == 1 && two && j->up.row1_yu) cpu_gemm_k4_order_row(b->qg_up + p0 * b->qrow_e, E, b->yu_u);
         for (int s = 1; s < j->k; s++) {
@@ -257,13 +257,16 @@ static void gate_up_item(moe_job *j, int u, int blk) {
     const int r0 = blk * j->blk, r1 = r0 + j->blk < F ? r0 + j->blk : F;
     const uint8_t *G = (const uint8_t *)j->f->gate->data + (size_t)e * j->gate.wmat,
                   *U = (const uint8_t *)j->f->up->data + (size_t)e * j->up.wmat;
-    const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = b->qg_up + (size_t)p0 * b->qrow_e;
-    const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = b->qg_up_d + (size_t)p0 * (E / 32);
+    /* the up's own conversion only where this block's up dots differently (another block may: qg_up is then a
+     * buffer of its own, which convert_x fills for those blocks only) */
+    const bool two = vdt(j->f->gate) != vdt(j->f->up);
+    const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = (two ? b->qg_up : b->qg) + (size_t)p0 * b->qrow_e;
+    const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = (two ? b->qg_up_d : b->qg_d) + (size_t)p0 * (E / 32);
     float *hg = b->hg + (size_t)p0 * F, *hu = b->hu + (size_t)p0 * F;
     if (n == 1) { /* one entry: its row against the block's weight rows, streamed as cpu_matmul's decode */
         const bool one = j->B == 1; /* the k4 order exists for a batch of one row */
         dot_row1(&j->gate, E, G, r0, r1, qg, qgd, one ? b->yu_g : NULL, hg);
-        dot_row1(&j->up, E, U, r0, r1, qu, qud, one ? b->yu_u : NULL, hu);
+        dot_row1(&j->up, E, U, r0, r1, qu, qud, one ? (two ? b->yu_u : b->yu_g) : NULL, hu);
     } else {
         for (int r = r0; r < r1; r++) {
             dot_entries(&j->gate, E, G + (size_t)r * j->gate.wrow, qg, b->qrow_e, qgd, n, hg + r, (size_t)F);
