@@ -159,7 +159,7 @@ static moe_dot moe_dot_of(const kiln_weight *w) {
                  .wmat = (size_t)(w->nbytes / w->ne[2]), .q8_0 = ti->vec_dot_type == KILN_TYPE_Q8_0};
     d.rows = cpu_gemm_select(d.dot);
     d.row1 = cpu_gemm_row1_select(d.dot);
-    d.row1_yu = d.row1 && cpu_gemm_row1_reads_yu(d.dot);
+    d.row1_yu = cpu_gemm_row1_reads_yu(d.dot);
     return d;
 }
 
@@ -207,6 +207,8 @@ typedef struct moe_job {
     float *out;
     moe_dot gate, up, down;
     int B, k, E, F, n_used, n_blk, blk; /* the run's work items per chosen expert, and rows (columns) per item */
+    bool two; /* this block's up dots against other activations than its gate: x converted twice, the up's into
+               * qg_up (a buffer of its own only where some block of the model needs it; else qg_up is qg) */
 } moe_job;
 
 /* Rows [lo, hi) of x, each converted once (into the grouped position of its first slot), then copied to its
@@ -215,7 +217,7 @@ static void convert_x(void *ctx, int lo, int hi, int ith) {
     moe_job *j = ctx;
     cpu_moe_buf *b = j->b;
     const int E = j->E, nd = E / 32;
-    const bool two = vdt(j->f->gate) != vdt(j->f->up);
+    const bool two = j->two;
     const size_t sd = vdt(j->f->gate) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0,
                  sdu = vdt(j->f->up) == KILN_TYPE_Q8_0 ? sizeof(float) * (size_t)nd : 0; /* scale bytes copied */
     (void)ith;
@@ -257,9 +259,7 @@ static void gate_up_item(moe_job *j, int u, int blk) {
     const int r0 = blk * j->blk, r1 = r0 + j->blk < F ? r0 + j->blk : F;
     const uint8_t *G = (const uint8_t *)j->f->gate->data + (size_t)e * j->gate.wmat,
                   *U = (const uint8_t *)j->f->up->data + (size_t)e * j->up.wmat;
-    /* the up's own conversion only where this block's up dots differently (another block may: qg_up is then a
-     * buffer of its own, which convert_x fills for those blocks only) */
-    const bool two = vdt(j->f->gate) != vdt(j->f->up);
+    const bool two = j->two; /* else the up reads the gate's conversion, not the other blocks' qg_up */
     const uint8_t *qg = b->qg + (size_t)p0 * b->qrow_e, *qu = (two ? b->qg_up : b->qg) + (size_t)p0 * b->qrow_e;
     const float *qgd = b->qg_d + (size_t)p0 * (E / 32), *qud = (two ? b->qg_up_d : b->qg_d) + (size_t)p0 * (E / 32);
     float *hg = b->hg + (size_t)p0 * F, *hu = b->hu + (size_t)p0 * F;
@@ -350,10 +350,10 @@ static void run_maybe(kiln_pool *pool, kiln_pool_range_fn fn, moe_job *j, int n,
 void cpu_moe_ffn(kiln_pool *pool, const kiln_block_ffn *f, const float *x, int B, float *out, cpu_moe_buf *b,
                  void *mm_scratch) {
     const int n_used = route_rows(pool, f, x, B, b, mm_scratch);
-    KILN_ASSERT(vdt(f->gate) == vdt(f->up) || b->qg_up != b->qg);
     moe_job j = {.f = f, .b = b, .x = x, .out = out, .gate = moe_dot_of(f->gate), .up = moe_dot_of(f->up),
                  .down = moe_dot_of(f->down), .B = B, .k = f->n_expert_used, .E = b->n_embd, .F = f->n_ff,
-                 .n_used = n_used};
+                 .n_used = n_used, .two = vdt(f->gate) != vdt(f->up)};
+    KILN_ASSERT(!j.two || b->qg_up != b->qg);
     const int64_t n_entries = (int64_t)B * j.k, work = n_entries * j.F * j.E;
     run_maybe(pool, convert_x, &j, B, (int64_t)B * j.E < MOE_SMALL_CONVERT);
     /* one row (decode): an item per expert, each matrix streamed whole by the single-row kernel (in 32-row items
