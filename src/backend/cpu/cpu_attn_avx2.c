@@ -67,103 +67,54 @@ static inline __m256 finish_dot8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m
     return _mm256_permutevar8x32_ps(_mm256_hadd_ps(s0213, s4657), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Eight keys at a time, each with cpu_attn_dot_avx2's one accumulator chain: eight chains in flight (two FMAs a
- * cycle against their 4-cycle latency), one load of q per step for all eight, and the eight reductions done
- * together where the head has no tail; then four keys, then one. */
-void cpu_attn_scores_avx2(float *sc, const float *q, const uint16_t *k, size_t stride, int n_keys, int n, float scale) {
+/* acc[r] += b * (the 8 halves at p + r * step, widened) for r < R: R independent FMA chains (R a constant where
+ * inlined, so that acc stays in registers). */
+static inline void fma_rows(__m256 *acc, __m256 b, const uint16_t *p, size_t step, const int R) {
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        acc[r] = _mm256_fmadd_ps(b, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + (size_t)r * step))), acc[r]);
+}
+
+/* Keys j .. j + R - 1 (R = 8 or 4), each with cpu_attn_dot_avx2's one accumulator chain: R chains in flight (8:
+ * two FMAs a cycle against their 4-cycle latency) and one load of q per step for all; with 8 keys and no tail
+ * the eight reductions are done together. */
+static inline void scores_keys(float *sc, const float *q, const uint16_t *k0, size_t stride, int n, float scale,
+                               const int R) {
     const int n8 = n & ~7;
+    __m256 a[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) a[r] = _mm256_setzero_ps();
+    for (int i = 0; i < n8; i += 8) fma_rows(a, _mm256_loadu_ps(q + i), k0 + i, stride, R);
+    if (R == 8 && n8 == n) {
+        _mm256_storeu_ps(sc, _mm256_mul_ps(finish_dot8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]),
+                                           _mm256_set1_ps(scale)));
+        return;
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) sc[r] = finish_dot(a[r], q, k0 + (size_t)r * stride, n8, n, scale);
+}
+
+/* Eight keys at a time (scores_keys), then four, then one. */
+void cpu_attn_scores_avx2(float *sc, const float *q, const uint16_t *k, size_t stride, int n_keys, int n, float scale) {
     int j = 0;
-#define KEY(r) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k0 + (r) * stride + i)))
-    for (; j + 8 <= n_keys; j += 8) {
-        const uint16_t *k0 = k + (size_t)j * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-        for (int i = 0; i < n8; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + i);
-            a0 = _mm256_fmadd_ps(qv, KEY(0), a0);
-            a1 = _mm256_fmadd_ps(qv, KEY(1), a1);
-            a2 = _mm256_fmadd_ps(qv, KEY(2), a2);
-            a3 = _mm256_fmadd_ps(qv, KEY(3), a3);
-            a4 = _mm256_fmadd_ps(qv, KEY(4), a4);
-            a5 = _mm256_fmadd_ps(qv, KEY(5), a5);
-            a6 = _mm256_fmadd_ps(qv, KEY(6), a6);
-            a7 = _mm256_fmadd_ps(qv, KEY(7), a7);
-        }
-        if (n8 == n) {
-            _mm256_storeu_ps(sc + j, _mm256_mul_ps(finish_dot8(a0, a1, a2, a3, a4, a5, a6, a7), _mm256_set1_ps(scale)));
-            continue;
-        }
-#define FINISH(r, a) sc[j + (r)] = finish_dot(a, q, k0 + (size_t)(r) * stride, n8, n, scale)
-        FINISH(0, a0), FINISH(1, a1), FINISH(2, a2), FINISH(3, a3), FINISH(4, a4), FINISH(5, a5), FINISH(6, a6);
-        FINISH(7, a7);
-    }
-    for (; j + 4 <= n_keys; j += 4) {
-        const uint16_t *k0 = k + (size_t)j * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int i = 0; i < n8; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + i);
-            a0 = _mm256_fmadd_ps(qv, KEY(0), a0);
-            a1 = _mm256_fmadd_ps(qv, KEY(1), a1);
-            a2 = _mm256_fmadd_ps(qv, KEY(2), a2);
-            a3 = _mm256_fmadd_ps(qv, KEY(3), a3);
-        }
-        FINISH(0, a0), FINISH(1, a1), FINISH(2, a2), FINISH(3, a3);
-    }
-#undef FINISH
-#undef KEY
+    for (; j + 8 <= n_keys; j += 8) scores_keys(sc + j, q, k + (size_t)j * stride, stride, n, scale, 8);
+    for (; j + 4 <= n_keys; j += 4) scores_keys(sc + j, q, k + (size_t)j * stride, stride, n, scale, 4);
     for (; j < n_keys; j++) sc[j] = cpu_attn_dot_avx2(q, k + (size_t)j * stride, n) * scale;
 }
 
-/* o in registers, 64 dims at a time over all the keys (eight accumulator chains: two FMAs a cycle against their
- * 4-cycle latency; each element's FMAs in key order, as the axpy loop does them through memory); then 32, then
- * 8, then the scalar tail, each over all keys. */
+/* o[0 .. 8R) over all the keys, in registers: R accumulator chains (R a constant where inlined), each element's
+ * FMAs in key order, as the axpy loop does them through memory. */
+static inline void mix_dims(float *o, const float *w, const uint16_t *v, size_t stride, int n_keys, const int R) {
+    __m256 acc[8];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < n_keys; i++) fma_rows(acc, _mm256_set1_ps(w[i]), v + (size_t)i * stride, 8, R);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _mm256_storeu_ps(o + 8 * r, acc[r]);
+}
+
+/* 64 dims at a time (eight chains: two FMAs a cycle against their 4-cycle latency), then 32, then 8, then the
+ * scalar tail, each over all keys. */
 void cpu_attn_mix_avx2(float *o, const float *w, const uint16_t *v, size_t stride, int n_keys, int n) {
     int c = 0;
-#define VAL(r) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 8 * (r))))
-    for (; c + 64 <= n; c += 64) {
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0, o7 = o0;
-        for (int i = 0; i < n_keys; i++) {
-            const __m256 va = _mm256_set1_ps(w[i]);
-            const uint16_t *vi = v + (size_t)i * stride + c;
-            o0 = _mm256_fmadd_ps(va, VAL(0), o0);
-            o1 = _mm256_fmadd_ps(va, VAL(1), o1);
-            o2 = _mm256_fmadd_ps(va, VAL(2), o2);
-            o3 = _mm256_fmadd_ps(va, VAL(3), o3);
-            o4 = _mm256_fmadd_ps(va, VAL(4), o4);
-            o5 = _mm256_fmadd_ps(va, VAL(5), o5);
-            o6 = _mm256_fmadd_ps(va, VAL(6), o6);
-            o7 = _mm256_fmadd_ps(va, VAL(7), o7);
-        }
-        _mm256_storeu_ps(o + c, o0);
-        _mm256_storeu_ps(o + c + 8, o1);
-        _mm256_storeu_ps(o + c + 16, o2);
-        _mm256_storeu_ps(o + c + 24, o3);
-        _mm256_storeu_ps(o + c + 32, o4);
-        _mm256_storeu_ps(o + c + 40, o5);
-        _mm256_storeu_ps(o + c + 48, o6);
-        _mm256_storeu_ps(o + c + 56, o7);
-    }
-#undef VAL
-    for (; c + 32 <= n; c += 32) {
-        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-        for (int i = 0; i < n_keys; i++) {
-            const __m256 va = _mm256_set1_ps(w[i]);
-            const uint16_t *vi = v + (size_t)i * stride + c;
-            o0 = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)vi)), o0);
-            o1 = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 8))), o1);
-            o2 = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 16))), o2);
-            o3 = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vi + 24))), o3);
-        }
-        _mm256_storeu_ps(o + c, o0);
-        _mm256_storeu_ps(o + c + 8, o1);
-        _mm256_storeu_ps(o + c + 16, o2);
-        _mm256_storeu_ps(o + c + 24, o3);
-    }
-    for (; c + 8 <= n; c += 8) {
-        __m256 o0 = _mm256_setzero_ps();
-        for (int i = 0; i < n_keys; i++)
-            o0 = _mm256_fmadd_ps(_mm256_set1_ps(w[i]), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + (size_t)i * stride + c))), o0);
-        _mm256_storeu_ps(o + c, o0);
-    }
+    for (; c + 64 <= n; c += 64) mix_dims(o + c, w, v + c, stride, n_keys, 8);
+    for (; c + 32 <= n; c += 32) mix_dims(o + c, w, v + c, stride, n_keys, 4);
+    for (; c + 8 <= n; c += 8) mix_dims(o + c, w, v + c, stride, n_keys, 1);
     for (; c < n; c++) {
         o[c] = 0.0f;
         for (int i = 0; i < n_keys; i++) o[c] += w[i] * _cvtsh_ss(v[(size_t)i * stride + c]);
