@@ -239,31 +239,43 @@ __global__ void __launch_bounds__(FEW_THREADS) k_gemm_few(const dev_weight w, co
  * 16-byte load phase (two rows, 4 lanes each) hit distinct banks. */
 static __host__ __device__ __forceinline__ int mvm_row_halves(int in) { return ((in + 63) & ~63) + 8; }
 
+/* Input rows whose 16-byte loads k_matvec_mma's prologue keeps in flight together (groups of them one after
+ * another). H100, 4-row steps against all 8 rows together: smollm2 +3.3%, llama-3.2-1b +2.7%; 8-row steps
+ * -0.4% / -2.8%; groups of 1 or a choice by the row length inside the kernel lose more (bench/RESULTS.md, "the
+ * 4-row tensor-core matvec's input prologue"). */
+#define MVM_ROWS_TOGETHER 4
+
 /* k_matvec_mma's prologue: the a.nr input rows as halves (times the norm weight) at xh + r * RH, zero-padded to
- * whole units of 16; with NORM, nred[r][warp] the warp's sum of squares of row r. The rows' 16-byte loads are in
- * flight together. Ends with a barrier. */
+ * whole units of 16; with NORM, nred[r][warp] the warp's sum of squares of row r. The 16-byte loads of
+ * MVM_ROWS_TOGETHER rows are in flight together. Ends with a barrier. */
 static __device__ __forceinline__ void mvm_input(const mv_args &a, __half *xh, int RH, float (*nred)[MV_WARPS]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int in = a.w0.in, NU = (in + 15) >> 4, nr = a.nr;
     const bool norm = a.in_mode == MV_IN_NORM;
     const bool vec = (in & 3) == 0 && (a.x_stride & 3) == 0 && ((uintptr_t)a.x & 15) == 0 &&
                      (!norm || ((uintptr_t)a.norm_w & 15) == 0);
+    constexpr int G = MVM_ROWS_TOGETHER;
     float ss[CK_MV_MAX_ROWS];
 #pragma unroll
     for (int r = 0; r < CK_MV_MAX_ROWS; r++) ss[r] = 0.0f;
-    for (int i4 = tid; vec && i4 < in >> 2; i4 += MV_THREADS) {
-        const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        float4 v[CK_MV_MAX_ROWS];
 #pragma unroll
-        for (int r = 0; r < CK_MV_MAX_ROWS; r++)
-            v[r] = r < nr ? __ldcg((const float4 *)(a.x + (long long)r * a.x_stride) + i4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int r0 = 0; r0 < CK_MV_MAX_ROWS; r0 += G) {
+        if (r0 >= nr) break;
+        for (int i4 = tid; vec && i4 < in >> 2; i4 += MV_THREADS) {
+            const float4 w = norm ? __ldg((const float4 *)a.norm_w + i4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+            float4 v[G];
 #pragma unroll
-        for (int r = 0; r < CK_MV_MAX_ROWS; r++) {
-            if (r >= nr) break;
-            __half2 *xr = (__half2 *)(xh + r * RH);
-            xr[2 * i4] = __floats2half2_rn(v[r].x * w.x, v[r].y * w.y);
-            xr[2 * i4 + 1] = __floats2half2_rn(v[r].z * w.z, v[r].w * w.w);
-            ss[r] += v[r].x * v[r].x + v[r].y * v[r].y + v[r].z * v[r].z + v[r].w * v[r].w;
+            for (int j = 0; j < G; j++)
+                v[j] = r0 + j < nr ? __ldcg((const float4 *)(a.x + (long long)(r0 + j) * a.x_stride) + i4)
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                if (r0 + j >= nr) break;
+                __half2 *xr = (__half2 *)(xh + (r0 + j) * RH);
+                xr[2 * i4] = __floats2half2_rn(v[j].x * w.x, v[j].y * w.y);
+                xr[2 * i4 + 1] = __floats2half2_rn(v[j].z * w.z, v[j].w * w.w);
+                ss[r0 + j] += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+            }
         }
     }
 #pragma unroll
