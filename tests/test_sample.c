@@ -187,16 +187,17 @@ TEST(sample_same_seed_same_ids_as_reference) {
 }
 
 /* Flat logits (a random model's: N(0, 0.5^2)) over a large vocabulary, new ones for every call: the
- * histogram's top-p crossings and draws fall within HIST_MARGIN of a boundary in a few percent of the calls,
+ * histogram's top-p crossings and draws fall within their margins of a boundary in a few percent of the calls,
  * where sample_hist.c resolves them with the exact cumulative; every id must equal the reference's. */
 TEST(sample_near_boundary_calls_equal_the_reference) {
-    enum { N = 49152, DRAWS = 200 };
+    enum { N = 49152, DRAWS = 130, MIXES = 5 };
     float *x = malloc(N * sizeof *x);
-    const kiln_sampler_params mixes[3] = {sample_case_params(0.8f, 0, 0.95f, 0.0f),
-                                          sample_case_params(1.0f, 0, 0.9f, 0.0f),
-                                          sample_case_params(0.8f, 0, 1.0f, 0.0f)};
+    const kiln_sampler_params mixes[MIXES] = {
+        sample_case_params(0.8f, 0, 0.95f, 0.0f), sample_case_params(1.0f, 0, 0.9f, 0.0f),
+        sample_case_params(0.8f, 0, 1.0f, 0.0f), sample_case_params(0.8f, 0, 0.95f, 0.05f),
+        sample_case_params(0.15f, 0, 0.9f, 0.0f)};
     uint64_t rng = 1234;
-    for (int mi = 0; mi < 3; mi++) {
+    for (int mi = 0; mi < MIXES; mi++) {
         kiln_sampler_params p = mixes[mi];
         p.seed = 77 + (uint64_t)mi;
         kiln_sampler *a;
@@ -286,13 +287,32 @@ static const struct kernel_variant {
     kiln_isa_level level;
     sample_exp_sum_fn exp_sum, exp_sum_fast;
     sample_hist_block_fn hist_block;
+    sample_hist_moments_fn hist_moments;
+    sample_prefix_block_fn prefix_block;
     sample_bin_find_fn bin_find;
 } kernel_variants[] = {
     {"avx2", KILN_CPU_AVX2, sample_exp_sum_avx2, sample_exp_sum_fast_avx2, sample_hist_block_avx2,
-     sample_bin_find_avx2},
+     sample_hist_moments_avx2, sample_prefix_block_avx2, sample_bin_find_avx2},
     {"avx512", KILN_CPU_AVX512, sample_exp_sum_avx512, sample_exp_sum_fast_avx2, sample_hist_block_avx512,
-     sample_bin_find_avx512},
+     sample_hist_moments_avx512, sample_prefix_block_avx512, sample_bin_find_avx512},
 };
+
+/* The histogram's moments over NB blocks of x (bins of width w below m, from lo up): bins and per-bin sums bit for
+ * bit against the reference; returns the number of differences. */
+static int moments_differ(const struct kernel_variant *kv, const float *x, int nb, float m, float lo, float w) {
+    enum { NQ = 4 * (HIST_BINS + HIST_DUMP) };
+    static double mr[NQ], ma[NQ];
+    static uint16_t br[SAMPLE_BLOCK], ba[SAMPLE_BLOCK];
+    memset(mr, 0, sizeof mr);
+    memset(ma, 0, sizeof ma);
+    int bad = 0;
+    for (int b = 0; b < nb; b++) {
+        sample_hist_moments_ref(x + (size_t)b * SAMPLE_BLOCK, m, lo, w, br, mr);
+        kv->hist_moments(x + (size_t)b * SAMPLE_BLOCK, m, lo, w, ba, ma);
+        bad += memcmp(br, ba, sizeof br) != 0;
+    }
+    return bad + (memcmp(mr, ma, sizeof mr) != 0);
+}
 
 /* One variant against the references on random blocks: the exact sum and the histogram's block bit for bit
  * (terms, bins, sum), the bins' search equal, the fast sum within its bound. */
@@ -334,6 +354,23 @@ static void check_kernel_variant(const struct kernel_variant *kv) {
                    (double)temp, bad);
             CHECKF(memcmp(&hr, &ha, sizeof hr) == 0, "%s round %d: histogram sums %.17g vs %.17g", kv->name, round,
                    ha, hr);
+            /* the moments: 32 or 4 units of bins (ids below lo and -inf dumped) */
+            const float w = t == 2 ? 0x1p-7f : 0x1p-10f;
+            CHECKF(moments_differ(kv, x, NB, m, m - (float)HIST_BINS * w, w) == 0,
+                   "%s round %d w %g: moments or bins differ", kv->name, round, (double)w);
+            /* an exact cumulative's blocks: the terms of the bins below kb over a normalizer */
+            const int pkb = (int)(test_rand_u64(&rng) % (HIST_BINS + 2));
+            const double norm = t == 0 ? 1.0 : 0.5 + 1e4 * (test_rand_u64(&rng) % 1000) / 1000.0;
+            double pr = 0.25, pa = 0.25;
+            float lr = 1.0f, la = 1.0f;
+            for (int b = 0; b < NB; b++) {
+                const size_t o = (size_t)b * SAMPLE_BLOCK;
+                sample_prefix_block_ref(etr + o, binr + o, pkb, norm, &pr, &lr);
+                kv->prefix_block(etr + o, binr + o, pkb, norm, &pa, &la);
+            }
+            CHECKF(memcmp(&pr, &pa, sizeof pr) == 0 && memcmp(&lr, &la, sizeof lr) == 0,
+                   "%s round %d bin %d: prefix %.17g / %g vs %.17g / %g", kv->name, round, pkb, pa, (double)la, pr,
+                   (double)lr);
             const double zs = sample_exp_sum_ref(x, NB, m, 1.0f, 0.0);
             CHECKF(memcmp(&hr, &zs, sizeof hr) == 0, "round %d: histogram sum %.17g vs exp sum %.17g", round, hr, zs);
             for (int kb = 0; kb <= HIST_BINS; kb += 1 + (int)(test_rand_u64(&rng) % 97)) {

@@ -256,10 +256,10 @@ static int32_t sample_cut(kiln_sampler *s) {
     const double r = next_uniform(s);
     int n;
     if (sample_hist_wanted(&s->view)) {
-        double z;
-        const int32_t id = sample_hist_cut(&s->hist, &s->view, &s->k, p, r, s->tmp, &z);
-        if (top_p) s->logz = log(z), s->have_logz = 1;
+        const int32_t id = sample_hist_cut(&s->hist, &s->view, &s->k, p, r, s->tmp);
         if (id >= 0) return id;
+        const double z = top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum, 1.0f) : 1.0;
+        if (top_p) s->logz = log(z), s->have_logz = 1;
         n = cut_walk(s, &b, z, 0.0); /* z is exact: the sorted walk decides at once */
     } else if ((n = cut_walk(s, &b, top_p ? sample_view_exp_sum(&s->view, s->k.exp_sum_fast, 1.0f) : 1.0,
                              FAST_MARGIN)) < 0) {

@@ -1,16 +1,17 @@
 /*
  * sample_hist.c — top-k off over many candidates (a flat distribution: thousands of ids within reach of the
- * maximum) without sorting them. One pass over the logits puts every candidate that can matter into HIST_BINS
- * bins linear in the logit, from the lowest logit that can matter (min-p's floor, else HIST_SPAN below it)
- * to the maximum: per id its bin, per bin the sums of its terms (expf's, bit for bit) at
- * temperature 1 and at the sampling temperature; the same pass sums top-p's exact normalizer. Then min-p's
- * boundary, top-p's crossing and the draw's crossing each take whole the bins whose sums lie clearly before
- * them, and gather (a search of the bins for one bin's ids), sort and walk, with the definition's arithmetic
- * (sample.c's cut_walk, draw and all_walk), only the few bins where they may fall. Each decision is the sorted
- * walk's (with the exact normalizer, whose p it computes bit for bit) wherever it lies further than HIST_MARGIN
- * from its boundary (the bins' sums differ from the walk's cumulative only by the float rounding of each
- * probability and the order of the additions); nearer, the walk's cumulative is computed exactly (see "exact
- * resolution" below); where even that cannot be had, -1, and the caller walks sorted.
+ * maximum) without sorting them. One pass over the logits puts every id from lo up into HIST_BINS bins of a
+ * power-of-two width w below the maximum, and adds per bin its count and the sums of e, e^2 and e^3, e being
+ * each id's offset from its bin's centre c (hist_moments): no exponential per id. A bin's terms then sum to
+ * exp(c) (n + S1 + S2 / 2 + S3 / 6) at temperature 1 and exp(c / t) (n + S1 / t + ...) at t, within far less
+ * than a float's rounding (|e| <= w / 2), and the bins' sums give top-p's normalizer. min-p's boundary, top-p's
+ * crossing and the draw's crossing each take whole the bins whose sums lie clearly before them, and gather (a
+ * search of the bins for one bin's ids), sort and walk, with the definition's arithmetic (sample.c's cut_walk,
+ * draw and all_walk), only the few bins where they may fall. Each decision is the sorted walk's wherever it lies
+ * further from its boundary than the bound of the difference between the two cumulatives (the bins' sums are of
+ * exp, the definition's of expf, each probability rounded to float, the normalizers differ; see `margins`);
+ * nearer, the walk's cumulative is computed exactly (see "exact resolution" below); where even that cannot be
+ * had, -1, and the caller walks sorted.
  */
 #include <math.h>
 #include <string.h>
@@ -19,36 +20,44 @@
 #include "base/error.h"
 #include "sample/sample_internal.h"
 
-/* A cumulative from the bins' sums of exact terms lies within this of the sorted walk's (one float rounding per
- * probability, 2^-24 of the cumulative, and the order of the double additions), with room to spare. */
-#define HIST_MARGIN 1e-7
-
-/* The bins span [max - HIST_SPAN, max] (in units of the temperature for the draw without cut), or from min-p's
- * floor where it lies higher: e^-24 ~ 4e-11 of the maximum's term, so a walk that would go further (top-p
- * above 1 - ~1e-5) gives up (-1) instead. Below: bin HIST_BINS, summed but never walked. */
-#define HIST_SPAN 24.0f
+/* The bins span HIST_SPAN below the maximum for a top-p normalizer or a draw without cut (in units of the
+ * temperature there): the terms below, e^-32 of the maximum's each, are left out of the sums (their bound is in
+ * the margins). For min-p alone, they span min-p's floor. */
+#define HIST_SPAN 32.0f
+/* Below this temperature the moments' series (in offsets over the temperature) would not converge usefully: the
+ * sorted walk decides (it reads few ids there). */
+#define HIST_MIN_TEMP 1e-3f
+#define ULP 0x1p-24                  /* a float's relative rounding */
+#define EXPF_ERR (1.004 * ULP)       /* glibc's expf: within 0.502 ulp */
+#define ABS_SLACK 1e-12              /* the double sums over bins, the recurrences of exp(c) */
 
 int sample_hist_init(sample_hist *h, int n_vocab) {
     memset(h, 0, sizeof *h);
     const size_t nid = (size_t)(n_vocab + SAMPLE_BLOCK - 1) / SAMPLE_BLOCK * SAMPLE_BLOCK;
-    h->sums = kiln_calloc(2 * (HIST_BINS + HIST_DUMP), sizeof *h->sums);
+    h->mom = kiln_calloc(4 * (HIST_BINS + HIST_DUMP), sizeof *h->mom);
+    h->sums = kiln_calloc(2 * HIST_BINS, sizeof *h->sums);
     h->bin = kiln_calloc(nid, sizeof *h->bin);
     h->ids = kiln_calloc(nid + 16, sizeof *h->ids);
     h->ord = kiln_calloc((size_t)n_vocab, sizeof *h->ord);
-    if (!h->sums || !h->bin || !h->ids || !h->ord) return -1;
+    h->terms = kiln_calloc(nid, sizeof *h->terms);
+    if (!h->mom || !h->sums || !h->bin || !h->ids || !h->ord || !h->terms) return -1;
     /* touched now, so that no later call pays for their pages (first-call contract) */
-    memset(h->sums, 0, 2 * (HIST_BINS + HIST_DUMP) * sizeof *h->sums);
+    memset(h->mom, 0, 4 * (HIST_BINS + HIST_DUMP) * sizeof *h->mom);
+    memset(h->sums, 0, 2 * HIST_BINS * sizeof *h->sums);
     memset(h->bin, 0, nid * sizeof *h->bin);
     memset(h->ids, 0, (nid + 16) * sizeof *h->ids);
     memset(h->ord, 0, (size_t)n_vocab * sizeof *h->ord);
+    memset(h->terms, 0, nid * sizeof *h->terms);
     return 0;
 }
 
 void sample_hist_free(sample_hist *h) {
+    kiln_free(h->mom);
     kiln_free(h->sums);
     kiln_free(h->bin);
     kiln_free(h->ids);
     kiln_free(h->ord);
+    kiln_free(h->terms);
     memset(h, 0, sizeof *h);
 }
 
@@ -58,68 +67,78 @@ bool sample_hist_wanted(const sample_view *v) {
     return wide >= HIST_MIN_BLOCKS;
 }
 
-/* One block's terms added to their bins' sums (et NULL: only the temperature-1 sums); the ids below lo are in
- * bin HIST_BINS (summed but never walked), its sums spread over HIST_DUMP slots by id (hist_block's bin values
- * HIST_BINS + j % HIST_DUMP): a run of ids below lo, most of a block under min-p's floor, added into one slot
- * was a chain through memory, 63% of a call over N(0, 1) logits. */
-static void scatter(double *restrict sums, const uint16_t *bin, const float *e1, const float *et) {
-    if (et) {
-        for (int j = 0; j < SAMPLE_BLOCK; j++) {
-            double *q = sums + 2 * bin[j];
-            q[0] += e1[j];
-            q[1] += et[j];
+/* Bin kb's sums of terms at temperature 1 and at the call's temperature; whether it has members. */
+static inline double sum1(const sample_hist *h, int kb) { return h->sums[2 * kb]; }
+static inline double sumt(const sample_hist *h, int kb) { return h->sums[2 * kb + 1]; }
+static inline bool bin_used(const sample_hist *h, int kb) { return kb < h->n_used && h->mom[4 * kb] > 0.0; }
+
+/* Per bin below n_used its sums at 1 and at the temperature from its moments: exp(c / t) (n + S1 / t + S2 / 2t^2
+ * + S3 / 6t^3), exp(c) by a recurrence over eight interleaved chains (c = -(kb + 1/2) w). Returns the largest count. */
+static double bin_sums(sample_hist *h) {
+    const double w = h->w, it = 1.0 / h->temp;
+    double e1[8], et[8];
+    for (int j = 0; j < 8; j++) e1[j] = exp(-(j + 0.5) * w), et[j] = exp(-(j + 0.5) * w * it);
+    const double r1 = exp(-8.0 * w), rt = exp(-8.0 * w * it);
+    double n_max = 0.0;
+    for (int kb0 = 0; kb0 < h->n_used; kb0 += 8)
+        for (int j = 0; j < 8; j++) {
+            const double *q = h->mom + 4 * (kb0 + j);
+            const double n = q[0], s1 = q[1], s2 = q[2] * 0.5, s3 = q[3] * (1.0 / 6.0);
+            h->sums[2 * (kb0 + j)] = e1[j] * (n + (s1 + (s2 + s3)));
+            h->sums[2 * (kb0 + j) + 1] = et[j] * (n + it * (s1 + it * (s2 + it * s3)));
+            n_max = q[0] > n_max ? q[0] : n_max;
+            e1[j] *= r1, et[j] *= rt;
         }
-    } else {
-        for (int j = 0; j < SAMPLE_BLOCK; j++) sums[2 * bin[j]] += e1[j];
-    }
+    return n_max;
 }
 
-/* Bin kb's sums of terms at temperature 1 and at the call's temperature. */
-static inline double sum1(const sample_hist *h, int kb) { return h->sums[2 * kb]; }
-static inline double sumt(const sample_hist *h, int kb) { return h->sums[2 * kb + h->at_temp]; }
+/* The moments' relative error in a bin's sum at scaled half-width a (half the bin over the temperature): the
+ * series' truncation after e^3, e's rounding to float (ULP a), and the double sums of e and e^2 (n ids: n 2^-53
+ * of sum |e| <= n a). */
+static double moment_err(double a, double n_max) {
+    return pow(a, 4) / 24.0 * exp(a) + 1.01 * ULP * a + 1.1 * (n_max + 1.0) * 0x1p-53 * a * (1.0 + a) + ABS_SLACK;
+}
 
-enum { FILL_Z1 = 1, FILL_REST = 2 };
-
-/* The pass: per id its bin (HIST_BINS below lo), per bin the terms' sums. Returns with FILL_Z1 the exact
- * temperature-1 normalizer of every id, sample_view_exp_sum's with k->exp_sum bit for bit (the blocks in the
- * same order, each summed in SAMPLE_SUM_ORDER); with FILL_REST the sum at the temperature of the blocks left
- * out whole (their maximum below lo); else 0. */
-static double fill_bins(sample_hist *h, const sample_view *v, const sample_kernels *k, float lo, float scale,
-                        float temp, int want) {
+/* The pass: per id its bin, per bin the moments, then the bins' sums and their error bounds for a call at
+ * temperature temp whose bins span at least `span` below the maximum. */
+static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels *k, float span, float temp) {
     const float max = v->max;
-    const float zlo = want == FILL_Z1 ? max - 120.0f : max - 120.0f * temp; /* below: terms that expf makes 0 */
-    const float zt = want == FILL_Z1 ? 1.0f : temp;
-    const bool one = temp == 1.0f; /* the terms at the temperature are those at 1 */
-    memset(h->sums, 0, 2 * (HIST_BINS + HIST_DUMP) * sizeof *h->sums);
-    h->at_temp = !one;
-    h->lo = lo, h->scale = scale;
+    memset(h->mom, 0, 4 * (size_t)h->n_used * sizeof *h->mom); /* the previous call's bins; the rest stayed 0 */
+    int ex;
+    const float f = frexpf(span / (float)HIST_BINS, &ex);
+    h->w = ldexpf(1.0f, f == 0.5f ? ex - 1 : ex); /* the least power of two >= span / HIST_BINS */
+    h->lo = max - (float)HIST_BINS * h->w;
+    h->temp = temp;
     h->n_gathered = h->n_ord = 0;
-    float e1[SAMPLE_BLOCK], et[SAMPLE_BLOCK];
-    double z = 0.0, rest = 0.0;
+    h->z_exact = 0.0;
+    h->terms_temp = 0.0f;
     for (int b = 0; b < v->nb; b++) {
-        const float *x = sample_view_block(v, b); /* a partial last block is padded with -inf */
         uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
-        if (!(v->bm[b] >= lo)) {
+        if (!(v->bm[b] >= h->lo)) {
             for (int j = 0; j < SAMPLE_BLOCK; j++) bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
-            if (want == FILL_Z1 && v->bm[b] >= zlo) z = k->exp_sum(x, 1, max, zt, z);
-            if (want == FILL_REST && v->bm[b] >= zlo) rest = k->exp_sum(x, 1, max, zt, rest);
             continue;
         }
-        z = k->hist_block(x, max, temp, lo, scale, e1, et, bin, z);
-        scatter(h->sums, bin, e1, one ? NULL : et);
+        k->hist_moments(sample_view_block(v, b), max, h->lo, h->w, bin, h->mom); /* a partial block: -inf pads */
     }
-    return want == FILL_Z1 ? z : rest;
+    h->n_used = HIST_BINS;
+    while (h->n_used > 0 && h->mom[4 * (h->n_used - 1)] == 0.0) h->n_used--;
+    const double n_max = bin_sums(h);
+    /* half a bin, with room for the rounding of lo and of max - logit */
+    const double half = 0.5 * h->w + ldexp(fabs(max) + fabs(h->lo), -22);
+    /* plus the double additions of the walk's cumulative and of the bins' (one rounding each per id) */
+    const double dsum = 2.0 * (double)v->nv * 0x1p-53;
+    h->err1 = moment_err(half, n_max) + dsum;
+    h->errt = moment_err(half / temp, n_max) + dsum;
+    const double below = (double)max - (double)h->lo; /* every id below lo lies at least this below max */
+    h->tail1 = (double)v->nv * exp(-below);
+    h->tailt = (double)v->nv * exp(-below / temp);
 }
 
-/* The bin of logit l as hist_block gives it (HIST_BINS below lo). */
+/* The bin of logit l as hist_moments gives it (HIST_BINS below lo). */
 static inline int bin_of(const sample_hist *h, float max, float l) {
-    const float d = (max - l) * h->scale;
+    const float d = (max - l) * (1.0f / h->w);
     return !(l >= h->lo) ? HIST_BINS : d < (float)HIST_BINS ? (int)d : HIST_BINS - 1;
 }
-
-/* Whether bin kb has members: every id in it has a positive term at 1 or at the temperature (lo lies within
- * HIST_SPAN of the maximum, in units of the temperature for the draw without cut). */
-static inline bool bin_used(const sample_hist *h, int kb) { return sum1(h, kb) > 0.0 || sumt(h, kb) > 0.0; }
 
 /* Bin kb's members, sorted (sample_cand_sort), into *n; gathered once per call into ord. NULL when the call
  * has gathered HIST_MAX_GATHER bins already. */
@@ -138,7 +157,32 @@ static const cand *members(sample_hist *h, const sample_view *v, const sample_ke
     return o;
 }
 
-/* ---- exact resolution: where a decision falls within HIST_MARGIN of its boundary, the walk's cumulative is
+/* ---- margins: how far a cumulative from the bins' sums can lie from the sorted walk's.
+ * The walk adds p = (float)(expf(u) / Z) (u = logit - max at temperature 1, fl((logit - max) / t) at t) over the
+ * exact normalizer Z; the histogram adds a bin's sum over the approximate normalizer Z' (relative error eps),
+ * or a gathered member's (float)(expf(u) / Z'). A bin's sum is of exp((logit - max) / t) within err: against
+ * expf(u), EXPF_ERR, plus, at a temperature other than 1, the rounding of u (ULP |u|, |u| < (kb + 1) w / t in bin
+ * kb); against p, one rounding (ULP) and eps. A member's term differs from p by two roundings and eps. So a
+ * cumulative c through bin kb lies within c (EXPF_ERR + ULP + err + ULP |u|max + eps) + ABS_SLACK of the walk's
+ * (EXPF_ERR >= ULP covers the members' second rounding). */
+
+/* At temperature 1 (the cut): the bins' cumulative over the approximate normalizer. */
+static double cut_rel(const sample_hist *h) { return EXPF_ERR + ULP + h->err1 + h->eps_z; }
+
+/* The largest |u| in bins 0..kb at the temperature (0 at temperature 1, where u is exact). */
+static double u_max(const sample_hist *h, int kb) {
+    return h->temp == 1.0f ? 0.0 : ((double)kb + 1.0) * h->w / h->temp * (1.0 + 1e-6) + 1e-6;
+}
+
+/* At the temperature (the draw), through bin kb, with eps the draw's normalizer's error. */
+static double draw_rel(const sample_hist *h, int kb, double eps) {
+    return EXPF_ERR + ULP + h->errt + ULP * u_max(h, kb) + eps;
+}
+
+/* Whether cumulative c (relative error rel) may lie on the other side of `at` than it does. */
+static inline bool near(double c, double at, double rel) { return fabs(c - at) <= rel * c + ABS_SLACK; }
+
+/* ---- exact resolution: where a decision falls within its margin of its boundary, the walk's cumulative is
  * computed exactly instead. A sum in double of floats q >= 2^-29 whose partial sums stay below 2 is exact (each
  * q a multiple of 2^-52), so in whatever order: the sorted walk's cumulative at a bin's start is then the sum
  * over the ids of the bins before it, whatever the order the walk met them in. Where some term is smaller, the
@@ -151,30 +195,48 @@ static int prev_used(const sample_hist *h, int kb) {
     return kb;
 }
 
-/* t[j] = expf((x[j] - max) / temp) bit for bit over one block, by the histogram's kernel. */
-static void block_terms(const sample_kernels *k, const float *x, float max, float temp, float *t) {
+/* t[j] = expf((x[j] - max) / temp) bit for bit over one block, by the histogram's kernel; returns z plus the
+ * block's exact temperature-1 sum (sample_exp_sum's). */
+static double block_terms(const sample_kernels *k, const float *x, float max, float temp, float *t, double z) {
     float e1[SAMPLE_BLOCK];
     uint16_t bin[SAMPLE_BLOCK];
-    (void)k->hist_block(x, max, temp, INFINITY, 1.0f, e1, t, bin, 0.0);
+    return k->hist_block(x, max, temp, INFINITY, 1.0f, e1, t, bin, z);
+}
+
+/* The terms expf((l - max) / temp) of every block that holds an id of a bin below kb, in h->terms: computed
+ * once per call and temperature (a later call for a lower kb reads them). */
+static const float *terms_below(sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp) {
+    if (h->terms_temp == temp && kb <= h->terms_kb) return h->terms;
+    for (int b = 0; b < v->nb; b++)
+        if (bin_of(h, v->max, v->bm[b]) < kb) /* the block's maximum's bin is its least */
+            (void)block_terms(k, sample_view_block(v, b), v->max, temp, h->terms + (size_t)b * SAMPLE_BLOCK, 0.0);
+    h->terms_temp = temp, h->terms_kb = kb;
+    return h->terms;
+}
+
+/* The exact top-p normalizer (sample_view_exp_sum's with k->exp_sum, bit for bit: the blocks in order, each in
+ * SAMPLE_SUM_ORDER), summed once per call when needed; its pass keeps every term at temperature 1. */
+static double exact_z(sample_hist *h, const sample_view *v, const sample_kernels *k) {
+    if (h->z_exact == 0.0) {
+        double z = 0.0;
+        for (int b = 0; b < v->nb; b++)
+            z = block_terms(k, sample_view_block(v, b), v->max, 1.0f, h->terms + (size_t)b * SAMPLE_BLOCK, z);
+        h->z_exact = z;
+        h->terms_temp = 1.0f, h->terms_kb = HIST_BINS + 1;
+    }
+    return h->z_exact;
 }
 
 /* The terms (float)(expf((l - max) / temp) / norm) of the ids whose bin is below kb, summed into *sum (norm 1:
  * the terms themselves); returns the least (1 when none). */
-static float prefix_terms(const sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
+static float prefix_terms(sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
                           double norm, double *sum) {
+    const float *t = terms_below(h, v, k, kb, temp);
     double acc = 0.0;
-    float least = 1.0f, t[SAMPLE_BLOCK];
-    for (int b = 0; b < v->nb; b++) {
-        const uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
-        if (bin_of(h, v->max, v->bm[b]) >= kb) continue; /* the block's maximum's bin is its least */
-        block_terms(k, sample_view_block(v, b), v->max, temp, t);
-        for (int j = 0; j < SAMPLE_BLOCK; j++) {
-            if (bin[j] >= kb) continue;
-            const float q = (float)(t[j] / norm);
-            acc += q;
-            least = q < least ? q : least;
-        }
-    }
+    float least = 1.0f;
+    for (int b = 0; b < v->nb; b++)
+        if (bin_of(h, v->max, v->bm[b]) < kb)
+            k->prefix_block(t + (size_t)b * SAMPLE_BLOCK, h->bin + (size_t)b * SAMPLE_BLOCK, kb, norm, &acc, &least);
     *sum = acc;
     return least;
 }
@@ -193,7 +255,7 @@ static float member_terms(const cand *m, int n, float max, float temp, double no
 }
 
 /* The cumulative of the bins below kb, exactly; false when a term is below EXACT_MIN_TERM (it might not be). */
-static bool exact_prefix(const sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
+static bool exact_prefix(sample_hist *h, const sample_view *v, const sample_kernels *k, int kb, float temp,
                          double norm, double *c) {
     return prefix_terms(h, v, k, kb, temp, norm, c) >= EXACT_MIN_TERM;
 }
@@ -216,7 +278,7 @@ static int exact_back(sample_hist *h, const sample_view *v, const sample_kernels
 /* cut_walk's walk from bin kb (the first min-p may stop in is at or after it), exactly: the cut as hist_cut
  * gives it, or -1 (a term too small to sum exactly, too many bins, or the walk would go on below lo). */
 static int exact_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
-                     int kb, double z, float thr, bool lo_is_floor, uint64_t *tmp, int *last, int *n_last) {
+                     int kb, double z, float thr, bool floor_in_bins, uint64_t *tmp, int *last, int *n_last) {
     const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
     double c;
     if (!exact_prefix(h, v, k, kb, 1.0f, z, &c)) return -1;
@@ -235,45 +297,55 @@ static int exact_cut(sample_hist *h, const sample_view *v, const sample_kernels 
             if (top_p && c >= p->top_p) { *n_last = i + 1; return 0; }
         }
     }
-    return lo_is_floor ? 0 : -1;
+    return floor_in_bins ? 0 : -1;
 }
 
-/* Whether min-p passes every logit bin kb can hold by far: its lower edge's p clears the threshold with room. */
-static bool min_p_passes_bin(int kb, float max, float scale, double z, float thr) {
-    const float edge = max - ((float)kb + 1.01f) / scale;
-    return (float)(expf(edge - max) / z) >= thr * (1.0f + 4e-6f);
+/* exact_cut with the exact normalizer (1 without top-p) and its min-p threshold. */
+static int cut_exactly(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
+                       int kb, bool floor_in_bins, uint64_t *tmp, int *last, int *n_last) {
+    const double z = p->top_p < 1.0f ? exact_z(h, v, k) : 1.0;
+    return exact_cut(h, v, k, p, kb, z, (float)(1.0 / z) * p->min_p, floor_in_bins, tmp, last, n_last);
+}
+
+/* Whether min-p passes every logit bin kb can hold by far: its lower edge's p clears the threshold with room
+ * for the roundings and for the normalizer's error. */
+static bool min_p_passes_bin(const sample_hist *h, int kb, float max, double z, float thr) {
+    const float edge = max - ((float)kb + 1.01f) * h->w;
+    return (double)(float)(expf(edge - max) / z) >= (double)thr * (1.0 + 4e-6 + 2.0 * h->eps_z);
 }
 
 /* The bins min-p passes whole: min_p_passes_bin holds for kb below the result and for none from it (its edge
  * falls with kb, and each step of the test is monotone), found by bisection instead of bin by bin. */
-static int min_p_whole_bins(float max, float scale, double z, float thr) {
+static int min_p_whole_bins(const sample_hist *h, float max, double z, float thr) {
     int lo = 0, hi = HIST_BINS; /* passes below lo, fails from hi */
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
-        if (min_p_passes_bin(mid, max, scale, z, thr)) lo = mid + 1;
+        if (min_p_passes_bin(h, mid, max, z, thr)) lo = mid + 1;
         else hi = mid;
     }
     return lo;
 }
 
 /* The cut: the bin `*last` and the number `*n_last` of its sorted members that the walk keeps (-1: all, the bin
- * taken whole; every member of the bins before it kept), as cut_walk with normalizer z decides; 0, or -1 when
- * the walk would go on below lo (lo not min-p's floor, where the walk ends), it would gather too many bins, or a
- * decision within the margin of its boundary cannot be resolved exactly. */
+ * taken whole; every member of the bins before it kept), as cut_walk with the exact normalizer decides, from the
+ * approximate normalizer z (relative error h->eps_z); 0, or -1 when the walk would go on below lo (min-p's floor
+ * not within the bins, where the walk ends), it would gather too many bins, or a decision near its boundary
+ * cannot be resolved exactly. */
 static int hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
-                    float scale, bool lo_is_floor, double z, uint64_t *tmp, int *last, int *n_last) {
+                    bool floor_in_bins, double z, uint64_t *tmp, int *last, int *n_last) {
     const float max = v->max;
     const int top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
     const float thr = (float)(1.0 / z) * p->min_p; /* the maximum's p times min-p, as cut_walk's first candidate */
-    const int minp_whole = min_p ? min_p_whole_bins(max, scale, z, thr) : HIST_BINS;
+    const int minp_whole = min_p ? min_p_whole_bins(h, max, z, thr) : HIST_BINS;
+    const double rel = cut_rel(h), tp = p->top_p, thr_near = (2.0 * h->eps_z + 6.0 * ULP) * thr;
     double cum = 0.0;
-    for (int kb = 0; kb < HIST_BINS; kb++) {
+    for (int kb = 0; kb < h->n_used; kb++) {
         if (!bin_used(h, kb)) continue;
         /* whole: top-p not reached through this bin, and min-p passes its lowest possible logit by far */
-        const bool whole = (!top_p || cum + sum1(h, kb) / z < (double)p->top_p - HIST_MARGIN) && kb < minp_whole;
+        const double next = cum + sum1(h, kb) / z;
         *last = kb, *n_last = -1;
-        if (whole) {
-            cum += sum1(h, kb) / z;
+        if ((!top_p || (next < tp && !near(next, tp, rel))) && kb < minp_whole) {
+            cum = next;
             continue;
         }
         int n;
@@ -281,18 +353,22 @@ static int hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *
         if (!c) return -1;
         for (int i = 0; i < n; i++) {
             const float pi = (float)(expf(c[i].logit - max) / z);
-            if (min_p && !(kb == 0 && i == 0) && pi < thr) { *n_last = i; return 0; }
+            if (min_p && !(kb == 0 && i == 0)) {
+                if (h->eps_z > 0.0 && fabs((double)pi - thr) <= thr_near)
+                    return cut_exactly(h, v, k, p, kb, floor_in_bins, tmp, last, n_last);
+                if (pi < thr) { *n_last = i; return 0; }
+            }
             cum += pi;
-            if (top_p && cum >= p->top_p) {
-                if (cum - p->top_p < HIST_MARGIN || p->top_p - (cum - pi) < HIST_MARGIN)
-                    return exact_cut(h, v, k, p, kb, z, thr, lo_is_floor, tmp, last, n_last);
+            if (top_p && cum >= tp) {
+                if (near(cum, tp, rel) || near(cum - pi, tp, rel))
+                    return cut_exactly(h, v, k, p, kb, floor_in_bins, tmp, last, n_last);
                 *n_last = i + 1;
                 return 0;
             }
         }
     }
     /* the walk went past every bin: it ends at min-p's floor, else it would go on below lo */
-    if (!lo_is_floor || (top_p && (double)p->top_p - cum < HIST_MARGIN)) return -1;
+    if (!floor_in_bins || (top_p && near(cum, tp, rel))) return -1;
     return 0;
 }
 
@@ -314,7 +390,7 @@ static bool exact_norm(sample_hist *h, const sample_view *v, const sample_kernel
     return least >= ldexpf(1.0f, ilogb(*s) - 29); /* every term a multiple of 2^-52 of the sum's power of two */
 }
 
-/* The draw's walk from bin kb (r within the margin of a cumulative there), exactly: the drawn id, or -1. */
+/* The draw's walk from bin kb (r near a cumulative there), exactly: the drawn id, or -1. */
 static int32_t exact_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, bool cut,
                           double r, int kb, int last, int n_last, uint64_t *tmp) {
     double s, c;
@@ -337,17 +413,18 @@ static int32_t exact_draw(sample_hist *h, const sample_view *v, const sample_ker
 }
 
 /* The draw over the candidates of the bins before `last` and the first n_last (sorted; -1: all) of `last`:
- * softmax at the temperature with normalizer s, as sample.c's draw (cut) or all_walk walks it; the first whose
- * cumulative passes r, or -1 (r beyond the rounded total: the walk's last, too many bins, or r within
- * HIST_MARGIN of a cumulative that cannot be resolved exactly). */
-static int32_t hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, bool cut,
-                         double s, double r, int last, int n_last, uint64_t *tmp) {
-    const float max = v->max;
+ * softmax at the call's temperature with approximate normalizer s (relative error eps), as sample.c's draw (cut)
+ * or all_walk walks it; the first whose cumulative passes r, or -1 (r beyond the rounded total: the walk's
+ * last, too many bins, or r near a cumulative that cannot be resolved exactly). */
+static int32_t hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, bool cut, double s,
+                         double eps, double r, int last, int n_last, uint64_t *tmp) {
+    const float max = v->max, temp = h->temp;
     double cum = 0.0;
     for (int kb = 0; kb <= last; kb++) {
         if (!bin_used(h, kb)) continue;
-        if (kb < last && cum + sumt(h, kb) / s < r - HIST_MARGIN) {
-            cum += sumt(h, kb) / s;
+        const double rel = draw_rel(h, kb, eps), next = cum + sumt(h, kb) / s;
+        if (kb < last && next < r && !near(next, r, rel)) {
+            cum = next;
             continue;
         }
         int n;
@@ -358,7 +435,7 @@ static int32_t hist_draw(sample_hist *h, const sample_view *v, const sample_kern
             const double prev = cum;
             cum += (float)(expf((c[i].logit - max) / temp) / s);
             if (r < cum)
-                return cum - r < HIST_MARGIN || r - prev < HIST_MARGIN
+                return near(cum, r, rel) || near(prev, r, rel)
                            ? exact_draw(h, v, k, temp, cut, r, kb, last, n_last, tmp)
                            : c[i].id;
         }
@@ -366,50 +443,55 @@ static int32_t hist_draw(sample_hist *h, const sample_view *v, const sample_kern
     return -1;
 }
 
+/* The relative error of a draw's normalizer summed from bins 0..last (the sums at the temperature: s_u their sum
+ * weighted by kb + 1, for the rounding of u; members' terms are exact), plus `tail` for the terms left out. */
+static double draw_norm_err(const sample_hist *h, double s, double s_u, double tail) {
+    const double u_mean = h->temp == 1.0f ? 0.0 : s_u / s * h->w / h->temp * (1.0 + 1e-6) + 1e-6;
+    return EXPF_ERR + h->errt + ULP * u_mean + tail + ABS_SLACK;
+}
+
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
-                        double r, uint64_t *tmp, double *z) {
+                        double r, uint64_t *tmp) {
     const float max = v->max, temp = p->temperature;
-    const bool top_p = p->top_p < 1.0f;
-    if (!isfinite(max)) {
-        *z = top_p ? sample_view_exp_sum(v, k->exp_sum, 1.0f) : 1.0;
-        return -1;
+    const bool top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
+    if (!isfinite(max) || (!top_p && !min_p) || !(temp >= HIST_MIN_TEMP)) return -1;
+    /* the bins: HIST_SPAN for top-p's normalizer, at least down to min-p's floor */
+    const float floor = min_p ? sample_min_p_floor(max, p->min_p) : -INFINITY;
+    float span = top_p ? HIST_SPAN : 0.0f;
+    if (min_p && (max - floor) * 1.001f > span) span = (max - floor) * 1.001f;
+    fill_bins(h, v, k, span, temp);
+    const bool floor_in_bins = min_p && floor >= h->lo;
+    /* top-p's normalizer from the bins (the maximum's term is 1, so the tail's bound is relative), else 1 */
+    double z = 1.0;
+    h->eps_z = 0.0;
+    if (top_p) {
+        z = 0.0;
+        for (int kb = 0; kb < h->n_used; kb++) z += sum1(h, kb);
+        h->eps_z = EXPF_ERR + h->err1 + h->tail1 + ABS_SLACK;
     }
-    float lo = max - HIST_SPAN;
-    bool lo_is_floor = false;
-    if (p->min_p > 0.0f) {
-        const float floor = sample_min_p_floor(max, p->min_p);
-        if (floor >= lo) lo = floor, lo_is_floor = true;
-    }
-    const float scale = (float)HIST_BINS / (max - lo);
-    const double zt = fill_bins(h, v, k, lo, scale, temp, top_p ? FILL_Z1 : 0);
-    *z = top_p ? zt : 1.0;
     int last = -1, n_last = 0;
-    if (hist_cut(h, v, k, p, scale, lo_is_floor, *z, tmp, &last, &n_last) < 0 || last < 0) return -1;
+    if (hist_cut(h, v, k, p, floor_in_bins, z, tmp, &last, &n_last) < 0 || last < 0) return -1;
     /* the draw over what the cut keeps: softmax at the temperature, its normalizer from the bins before `last`
      * and the kept members of `last` (the whole bin's sum where it keeps them all) */
-    double s = 0.0;
-    for (int kb = 0; kb < last; kb++) s += sumt(h, kb);
+    double s = 0.0, s_u = 0.0;
+    for (int kb = 0; kb < last; kb++) s += sumt(h, kb), s_u += sumt(h, kb) * (kb + 1);
     if (n_last < 0) {
-        s += sumt(h, last);
+        s += sumt(h, last), s_u += sumt(h, last) * (last + 1);
     } else {
         int n;
         const cand *cl = members(h, v, k, last, &n, tmp); /* gathered by the cut already */
         for (int i = 0; i < n_last; i++) s += expf((cl[i].logit - max) / temp);
     }
-    return hist_draw(h, v, k, temp, true, s, r, last, n_last, tmp);
+    return hist_draw(h, v, k, true, s, draw_norm_err(h, s, s_u, 0.0), r, last, n_last, tmp);
 }
 
 int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,
                          uint64_t *tmp) {
-    const float max = v->max;
-    if (!isfinite(max)) return -1;
-    const float lo = max - HIST_SPAN * temp;
-    const double rest = fill_bins(h, v, k, lo, (float)HIST_BINS / (max - lo), temp, FILL_REST);
-    int last = HIST_BINS - 1;
-    while (last > 0 && !bin_used(h, last)) last--;
-    /* the normalizer: the bins', the terms below lo (bin HIST_BINS and the blocks left out): the walk's exact one
-     * but for the order of the sums */
-    double z = rest;
-    for (int kb = 0; kb < HIST_BINS + HIST_DUMP; kb++) z += sumt(h, kb);
-    return hist_draw(h, v, k, temp, false, z, r, last, -1, tmp);
+    if (!isfinite(v->max) || !(temp >= HIST_MIN_TEMP)) return -1;
+    fill_bins(h, v, k, HIST_SPAN * temp, temp);
+    if (h->n_used == 0) return -1;
+    /* the normalizer: the bins' sums (the maximum's term is 1), the terms below lo in the error bound */
+    double z = 0.0, z_u = 0.0;
+    for (int kb = 0; kb < h->n_used; kb++) z += sumt(h, kb), z_u += sumt(h, kb) * (kb + 1);
+    return hist_draw(h, v, k, false, z, draw_norm_err(h, z, z_u, h->tailt), r, h->n_used - 1, -1, tmp);
 }

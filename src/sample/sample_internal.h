@@ -43,6 +43,17 @@ typedef double (*sample_exp_sum_fn)(const float *x, int nblk, float m, float tem
  * HIST_BINS + j % HIST_DUMP (also for NaN); returns z plus the block's exact temperature-1 sum (as exp_sum's). */
 typedef double (*sample_hist_block_fn)(const float *x, float m, float temp, float lo, float scale, float *e1,
                                        float *et, uint16_t *bin, double z);
+/* One block of the histogram's moments (sample_hist.c), x[0..64), bins of width w (a power of two) below m:
+ * bin[j] = min((int)((m - x[j]) / w), HIST_BINS - 1) where x[j] >= lo, else HIST_BINS + j % HIST_DUMP (also for
+ * NaN); for each id from lo up, in id order, mom[4 bin .. 4 bin + 3] += (1, e, e^2, e^3) in double, where
+ * e = (x[j] - m) - c in float is the id's offset from its bin's centre c = -(bin + 1/2) w (x[j] - m being the
+ * definition's argument of expf). */
+typedef void (*sample_hist_moments_fn)(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+/* One block's share of an exact cumulative (sample_hist.c): over the ids j of the block with bin[j] < kb, the
+ * terms q = (float)(t[j] / norm) summed in SAMPLE_SUM_ORDER (0 for the others) and added to *acc, and *least
+ * lowered to the least such q. */
+typedef void (*sample_prefix_block_fn)(const float *t, const uint16_t *bin, int kb, double norm, double *acc,
+                                       float *least);
 /* The indices i < n (n a multiple of 64) with bin[i] == kb, ascending, into ids (room for n + 16: the SIMD
  * variants store whole vectors past the count); returns their count. */
 typedef int (*sample_bin_find_fn)(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
@@ -52,6 +63,8 @@ typedef struct sample_kernels {
     sample_exp_sum_fn exp_sum;       /* exact terms, SAMPLE_SUM_ORDER */
     sample_exp_sum_fn exp_sum_fast;  /* terms within SAMPLE_FAST_EXP_ERR of expf's, relatively; any order */
     sample_hist_block_fn hist_block;
+    sample_hist_moments_fn hist_moments;
+    sample_prefix_block_fn prefix_block;
     sample_bin_find_fn bin_find;
 } sample_kernels;
 
@@ -81,16 +94,22 @@ void sample_block_max_ref(const float *x, int nblk, float *bm);
 double sample_exp_sum_ref(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_ref(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
                              uint16_t *bin, double z);
+void sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+void sample_prefix_block_ref(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
 double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double z);
 double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
                               uint16_t *bin, double z);
+void sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+void sample_prefix_block_avx2(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1,
                                 float *et, uint16_t *bin, double z);
+void sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+void sample_prefix_block_avx512(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 /* The best kernels of the CPU's level (kiln_cpu_level: KILN_CPU_LEVEL, KILN_NO_SIMD lower it). */
 sample_kernels sample_kernels_select(void);
@@ -197,11 +216,23 @@ static inline float sample_min_p_floor(float max, float min_p) {
 typedef struct hist_gathered { int kb, off, n; } hist_gathered; /* bin kb's members: ord[off .. off + n) */
 
 typedef struct sample_hist {
-    double *sums;     /* 2 (HIST_BINS + HIST_DUMP): per bin the sums of its terms at temperature 1 and at the
-                       * call's temperature, side by side (the last HIST_DUMP slots: the ids below lo) */
-    int at_temp;      /* 1: the call's sums at the temperature are sums[2 kb + 1]; 0: its temperature is 1 */
-    float lo, scale;  /* the call's bins: bin = (max - logit) * scale from lo up */
-    uint16_t *bin;    /* nb * SAMPLE_BLOCK: each id's bin (HIST_BINS below lo) */
+    double *mom;      /* 4 (HIST_BINS + HIST_DUMP): per bin its count and the sums of e, e^2, e^3 (hist_moments;
+                       * the last HIST_DUMP slots take the ids below lo, as zeros); zero from bin n_used on */
+    double *sums;     /* 2 HIST_BINS: per bin the sums of its terms at temperature 1 and at the call's
+                       * temperature, side by side, from the moments (bins below n_used) */
+    int n_used;       /* the bins from n_used on have no member */
+    float lo, w;      /* the call's bins: width w (a power of two), bin = (max - logit) / w, from lo up */
+    float temp;       /* the call's temperature */
+    double err1, errt;/* the relative error of a bin's sum at 1 / at the temperature against the exact sum of
+                       * exp(logit - max) (/ temp) over its members (the moments' truncation and float sums) */
+    double tail1, tailt; /* bounds of the terms below lo at 1 / at the temperature, relative to the maximum's */
+    double eps_z;     /* the relative error of the approximate top-p normalizer (0: exact) */
+    double z_exact;   /* the exact normalizer once needed (0 until then) */
+    float *terms;     /* nb * SAMPLE_BLOCK: the exact resolution's terms at temperature terms_temp (0: none) of
+                       * the blocks holding an id of a bin below terms_kb */
+    float terms_temp;
+    int terms_kb;
+    uint16_t *bin;    /* nb * SAMPLE_BLOCK: each id's bin (HIST_BINS + j % HIST_DUMP below lo) */
     int32_t *ids;     /* nb * SAMPLE_BLOCK + 16: one bin's ids as bin_find gives them */
     cand *ord;        /* n_vocab: the gathered bins' members, a run per bin */
     int n_gathered, n_ord;
@@ -213,12 +244,11 @@ void sample_hist_free(sample_hist *h);
 /* Whether the view's candidates are spread enough (HIST_MIN_BLOCKS blocks near the maximum) for the histogram. */
 bool sample_hist_wanted(const sample_view *v);
 /* top-k off, top-p and / or min-p: the id that sample.c's sorted walk (cut_walk with the exact normalizer z at
- * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision within
- * HIST_MARGIN of its boundary cannot be resolved exactly (a term below 2^-29), the walk would reach the ids below
- * the bins, or more than HIST_MAX_GATHER bins would be walked. *z: that normalizer (sample_view_exp_sum's with
- * k->exp_sum bit for bit), set whatever the return. tmp: the sort's scratch (2 n_vocab). */
+ * temperature 1, 1 without top-p, then the draw with uniform r) chooses, or -1 where a decision near its boundary
+ * cannot be resolved exactly (a term below 2^-29), the walk would reach the ids below the bins, or more than
+ * HIST_MAX_GATHER bins would be walked (the caller then walks sorted). tmp: the sort's scratch (2 n_vocab). */
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,
-                        double r, uint64_t *tmp, double *z);
+                        double r, uint64_t *tmp);
 /* top-k off, no cut: the id that sample.c's all_walk (with the exact normalizer at the temperature) draws with
  * uniform r, or -1 as above. */
 int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,

@@ -58,6 +58,35 @@ double sample_hist_block_ref(const float *x, float m, float temp, float lo, floa
     return z + block_sum_ordered(t);
 }
 
+void sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+    const float scale = 1.0f / w; /* exact: w is a power of two */
+    for (int j = 0; j < SAMPLE_BLOCK; j++) {
+        if (!(x[j] >= lo)) {
+            bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
+            continue;
+        }
+        const float t = (m - x[j]) * scale;
+        const int kb = t < (float)HIST_BINS ? (int)t : HIST_BINS - 1;
+        const float c = -((float)kb + 0.5f) * w;
+        const double e = (x[j] - m) - c, e2 = e * e;
+        double *q = mom + 4 * kb;
+        q[0] += 1.0, q[1] += e, q[2] += e2, q[3] += e2 * e;
+        bin[j] = (uint16_t)kb;
+    }
+}
+
+void sample_prefix_block_ref(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least) {
+    double q[SAMPLE_BLOCK];
+    float l = *least;
+    for (int j = 0; j < SAMPLE_BLOCK; j++) {
+        const float v = (float)(t[j] / norm);
+        q[j] = bin[j] < kb ? v : 0.0;
+        l = bin[j] < kb && v < l ? v : l;
+    }
+    *acc += block_sum_ordered(q);
+    *least = l;
+}
+
 int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
     int c = 0;
     for (int i = 0; i < n; i++)
@@ -67,18 +96,22 @@ int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
 
 sample_kernels sample_kernels_select(void) {
     sample_kernels k = {sample_block_max_ref, sample_exp_sum_ref, sample_exp_sum_ref, sample_hist_block_ref,
-                        sample_bin_find_ref};
+                        sample_hist_moments_ref, sample_prefix_block_ref, sample_bin_find_ref};
 #if KILN_X86 /* the AVX2 and AVX-512 kernels exist only there */
     if (kiln_cpu_level() >= KILN_CPU_AVX2) {
         k.block_max = sample_block_max_avx2;
         k.exp_sum = sample_exp_sum_avx2;
         k.exp_sum_fast = sample_exp_sum_fast_avx2;
         k.hist_block = sample_hist_block_avx2;
+        k.hist_moments = sample_hist_moments_avx2;
+        k.prefix_block = sample_prefix_block_avx2;
         k.bin_find = sample_bin_find_avx2;
     }
     if (kiln_cpu_level() >= KILN_CPU_AVX512) { /* the fast sum stays AVX2's */
         k.exp_sum = sample_exp_sum_avx512;
         k.hist_block = sample_hist_block_avx512;
+        k.hist_moments = sample_hist_moments_avx512;
+        k.prefix_block = sample_prefix_block_avx512;
         k.bin_find = sample_bin_find_avx512;
     }
 #endif

@@ -137,6 +137,69 @@ double sample_hist_block_avx2(const float *x, float m, float temp, float lo, flo
     return z + block_sum(a, c);
 }
 
+void sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+    const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps(lo), vs = _mm256_set1_ps(1.0f / w);
+    const __m256 top = _mm256_set1_ps((float)(HIST_BINS - 1)), nw = _mm256_set1_ps(-w);
+    const __m256 nhw = _mm256_set1_ps(-0.5f * w);
+    const __m256d one = _mm256_set1_pd(1.0);
+    const __m256i dump = _mm256_add_epi32(_mm256_set1_epi32(HIST_BINS), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _Alignas(32) double quad[4 * SAMPLE_BLOCK];
+    for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + j), keep = _mm256_cmp_ps(xv, vlo, _CMP_GE_OQ);
+        const __m256i k = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(vm, xv), vs), top));
+        const __m256i kd = _mm256_blendv_epi8(dump, k, _mm256_castps_si256(keep));
+        _mm_storeu_si128((__m128i *)(bin + j),
+                         _mm_packus_epi32(_mm256_castsi256_si128(kd), _mm256_extracti128_si256(kd, 1)));
+        /* the offset from the bin's centre -(k + 1/2) w (exact: w a power of two); zeros below lo */
+        const __m256 c = _mm256_fmadd_ps(_mm256_cvtepi32_ps(k), nw, nhw);
+        const __m256 ef = _mm256_and_ps(keep, _mm256_sub_ps(_mm256_sub_ps(xv, vm), c));
+        for (int h = 0; h < 2; h++) { /* ids j + 4h .. j + 4h + 3: quads i = 0..3 in id order */
+            const __m256d e = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(ef, 1) : _mm256_castps256_ps128(ef));
+            const __m256d e2 = _mm256_mul_pd(e, e), e3 = _mm256_mul_pd(e2, e);
+            const __m256d cnt = _mm256_and_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(
+                                                  _mm_castps_si128(h ? _mm256_extractf128_ps(keep, 1)
+                                                                     : _mm256_castps256_ps128(keep)))),
+                                              one);
+            const __m256d a = _mm256_unpacklo_pd(cnt, e), b = _mm256_unpackhi_pd(cnt, e); /* ids 0, 2 | 1, 3 */
+            const __m256d cc = _mm256_unpacklo_pd(e2, e3), dd = _mm256_unpackhi_pd(e2, e3);
+            double *o = quad + 4 * (j + 4 * h);
+            _mm256_store_pd(o, _mm256_permute2f128_pd(a, cc, 0x20));      /* id 0 */
+            _mm256_store_pd(o + 4, _mm256_permute2f128_pd(b, dd, 0x20));  /* id 1 */
+            _mm256_store_pd(o + 8, _mm256_permute2f128_pd(a, cc, 0x31));  /* id 2 */
+            _mm256_store_pd(o + 12, _mm256_permute2f128_pd(b, dd, 0x31)); /* id 3 */
+        }
+    }
+    /* in id order (the reference's sums); an id below lo adds zeros to its dump slot */
+    for (int j = 0; j < SAMPLE_BLOCK; j++) {
+        double *q = mom + 4 * bin[j];
+        _mm256_storeu_pd(q, _mm256_add_pd(_mm256_loadu_pd(q), _mm256_load_pd(quad + 4 * j)));
+    }
+}
+
+void sample_prefix_block_avx2(const float *t, const uint16_t *bin, int kb, double norm, double *acc,
+                              float *least) {
+    const __m256d vn = _mm256_set1_pd(norm);
+    const __m256i vkb = _mm256_set1_epi32(kb);
+    __m256d a = _mm256_setzero_pd(), c = _mm256_setzero_pd(); /* lanes 0-3 and 4-7 */
+    __m256 l = _mm256_set1_ps(*least);
+    for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+        const __m256 tj = _mm256_loadu_ps(t + j);
+        const __m128 q0 = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(tj)), vn));
+        const __m128 q1 = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(tj, 1)), vn));
+        const __m256 q = _mm256_insertf128_ps(_mm256_castps128_ps256(q0), q1, 1);
+        const __m256i bj = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(bin + j)));
+        const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vkb, bj));
+        const __m256 qi = _mm256_and_ps(in, q);
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(qi)));
+        c = _mm256_add_pd(c, _mm256_cvtps_pd(_mm256_extractf128_ps(qi, 1)));
+        l = _mm256_blendv_ps(l, q, _mm256_and_ps(in, _mm256_cmp_ps(q, l, _CMP_LT_OQ)));
+    }
+    *acc += block_sum(a, c);
+    float m[8];
+    _mm256_storeu_ps(m, l);
+    for (int i = 0; i < 8; i++) *least = m[i] < *least ? m[i] : *least;
+}
+
 int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
     const __m256i key = _mm256_set1_epi16((short)kb);
     int c = 0;

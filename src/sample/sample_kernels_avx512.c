@@ -76,6 +76,74 @@ double sample_hist_block_avx512(const float *x, float m, float temp, float lo, f
     }
     return z + block_sum(a);
 }
+/* 8 ids' (1, e, e^2, e^3) in double from e (8 floats; zeros where keep is off) into 8 quads of 4 doubles, quad
+ * i at o + 4 i holding id (0, 2, 4, 6, 1, 3, 5, 7)[i]. */
+static inline void quads8(__m256 ef, __mmask8 keep, double *o) {
+    const __m512d e = _mm512_maskz_cvtps_pd(keep, ef), e2 = _mm512_mul_pd(e, e), e3 = _mm512_mul_pd(e2, e);
+    const __m512d one = _mm512_maskz_mov_pd(keep, _mm512_set1_pd(1.0));
+    const __m512d ae = _mm512_unpacklo_pd(one, e), ao = _mm512_unpackhi_pd(one, e);  /* (1, e): ids 2L | 2L + 1 */
+    const __m512d ce = _mm512_unpacklo_pd(e2, e3), co = _mm512_unpackhi_pd(e2, e3);
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    _mm512_store_pd(o, _mm512_permutex2var_pd(ae, lo, ce));      /* ids 0, 2 */
+    _mm512_store_pd(o + 8, _mm512_permutex2var_pd(ae, hi, ce));  /* ids 4, 6 */
+    _mm512_store_pd(o + 16, _mm512_permutex2var_pd(ao, lo, co)); /* ids 1, 3 */
+    _mm512_store_pd(o + 24, _mm512_permutex2var_pd(ao, hi, co)); /* ids 5, 7 */
+}
+
+static inline void add_quad(double *q, const double *o) {
+    _mm256_storeu_pd(q, _mm256_add_pd(_mm256_loadu_pd(q), _mm256_load_pd(o)));
+}
+
+void sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+    const __m512 vm = _mm512_set1_ps(m), vlo = _mm512_set1_ps(lo), vs = _mm512_set1_ps(1.0f / w);
+    const __m512 top = _mm512_set1_ps((float)(HIST_BINS - 1)), nw = _mm512_set1_ps(-w);
+    const __m512 nhw = _mm512_set1_ps(-0.5f * w);
+    const __m512i dump = _mm512_add_epi32(_mm512_set1_epi32(HIST_BINS),
+                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7));
+    _Alignas(64) double quad[4 * SAMPLE_BLOCK];
+    for (int j = 0; j < SAMPLE_BLOCK; j += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + j);
+        const __mmask16 keep = _mm512_cmp_ps_mask(xv, vlo, _CMP_GE_OQ);
+        const __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(vm, xv), vs), top));
+        _mm256_storeu_si256((__m256i *)(bin + j), _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(keep, dump, k)));
+        /* the offset from the bin's centre -(k + 1/2) w (exact: w a power of two) */
+        const __m512 c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), nw, nhw);
+        const __m512 e = _mm512_sub_ps(_mm512_sub_ps(xv, vm), c);
+        quads8(_mm512_castps512_ps256(e), (__mmask8)keep, quad + 4 * j);
+        quads8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)), (__mmask8)(keep >> 8),
+               quad + 4 * j + 32);
+    }
+    /* in id order (the reference's sums); an id below lo adds zeros to its dump slot. Id g + i's quad at
+     * o + 4 (0, 4, 1, 5, 2, 6, 3, 7)[i] */
+    for (int g = 0; g < SAMPLE_BLOCK; g += 8) {
+        const double *o = quad + 4 * g;
+        const uint16_t *b = bin + g;
+        add_quad(mom + 4 * b[0], o), add_quad(mom + 4 * b[1], o + 16);
+        add_quad(mom + 4 * b[2], o + 4), add_quad(mom + 4 * b[3], o + 20);
+        add_quad(mom + 4 * b[4], o + 8), add_quad(mom + 4 * b[5], o + 24);
+        add_quad(mom + 4 * b[6], o + 12), add_quad(mom + 4 * b[7], o + 28);
+    }
+}
+
+void sample_prefix_block_avx512(const float *t, const uint16_t *bin, int kb, double norm, double *acc,
+                                float *least) {
+    const __m512d vn = _mm512_set1_pd(norm);
+    const __m256i vkb = _mm256_set1_epi32(kb);
+    __m512d a = _mm512_setzero_pd();
+    __m256 l = _mm256_set1_ps(*least);
+    for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
+        const __m256 q = _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(_mm256_loadu_ps(t + j)), vn));
+        const __m256i bj = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(bin + j)));
+        const __mmask8 in = _mm256_cmpgt_epi32_mask(vkb, bj);
+        a = _mm512_add_pd(a, _mm512_maskz_cvtps_pd(in, q));
+        l = _mm256_mask_min_ps(l, in & _mm256_cmp_ps_mask(q, l, _CMP_LT_OQ), q, l);
+    }
+    *acc += block_sum(a);
+    float m[8];
+    _mm256_storeu_ps(m, l);
+    for (int i = 0; i < 8; i++) *least = m[i] < *least ? m[i] : *least;
+}
+
 int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids) {
     const __m512i key = _mm512_set1_epi16((short)kb), step = _mm512_set1_epi32(16);
     __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
