@@ -112,16 +112,18 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
     h->n_gathered = h->n_ord = 0;
     h->z_exact = 0.0;
     h->terms_temp = 0.0f;
+    int n_used = 0;
     for (int b = 0; b < v->nb; b++) {
         uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
         if (!(v->bm[b] >= h->lo)) {
             for (int j = 0; j < SAMPLE_BLOCK; j++) bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
             continue;
         }
-        k->hist_moments(sample_view_block(v, b), max, h->lo, h->w, bin, h->mom); /* a partial block: -inf pads */
+        /* a partial block: -inf pads */
+        const int top = k->hist_moments(sample_view_block(v, b), max, h->lo, h->w, bin, h->mom);
+        n_used = top >= n_used ? top + 1 : n_used;
     }
-    h->n_used = HIST_BINS;
-    while (h->n_used > 0 && h->mom[4 * (h->n_used - 1)] == 0.0) h->n_used--;
+    h->n_used = n_used;
     const double n_max = bin_sums(h);
     /* half a bin, with room for the rounding of lo and of max - logit */
     const double half = 0.5 * h->w + ldexp(fabs(max) + fabs(h->lo), -22);

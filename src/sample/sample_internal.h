@@ -47,8 +47,8 @@ typedef double (*sample_hist_block_fn)(const float *x, float m, float temp, floa
  * bin[j] = min((int)((m - x[j]) / w), HIST_BINS - 1) where x[j] >= lo, else HIST_BINS + j % HIST_DUMP (also for
  * NaN); for each id from lo up, in id order, mom[4 bin .. 4 bin + 3] += (1, e, e^2, e^3) in double, where
  * e = (x[j] - m) - c in float is the id's offset from its bin's centre c = -(bin + 1/2) w (x[j] - m being the
- * definition's argument of expf). */
-typedef void (*sample_hist_moments_fn)(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+ * definition's argument of expf). Returns the highest bin an id went to (-1: none). */
+typedef int (*sample_hist_moments_fn)(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
 /* One block's share of an exact cumulative (sample_hist.c): over the ids j of the block with bin[j] < kb, the
  * terms q = (float)(t[j] / norm) summed in SAMPLE_SUM_ORDER (0 for the others) and added to *acc, and *least
  * lowered to the least such q. */
@@ -94,7 +94,7 @@ void sample_block_max_ref(const float *x, int nblk, float *bm);
 double sample_exp_sum_ref(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_ref(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
                              uint16_t *bin, double z);
-void sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+int sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
 void sample_prefix_block_ref(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_ref(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 void sample_block_max_avx2(const float *x, int nblk, float *bm);
@@ -102,13 +102,13 @@ double sample_exp_sum_avx2(const float *x, int nblk, float m, float temp, double
 double sample_exp_sum_fast_avx2(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_avx2(const float *x, float m, float temp, float lo, float scale, float *e1, float *et,
                               uint16_t *bin, double z);
-void sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+int sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
 void sample_prefix_block_avx2(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_avx2(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 double sample_exp_sum_avx512(const float *x, int nblk, float m, float temp, double z);
 double sample_hist_block_avx512(const float *x, float m, float temp, float lo, float scale, float *e1,
                                 float *et, uint16_t *bin, double z);
-void sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
+int sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom);
 void sample_prefix_block_avx512(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least);
 int sample_bin_find_avx512(const uint16_t *bin, int n, uint16_t kb, int32_t *ids);
 /* The best kernels of the CPU's level (kiln_cpu_level: KILN_CPU_LEVEL, KILN_NO_SIMD lower it). */

@@ -58,8 +58,9 @@ double sample_hist_block_ref(const float *x, float m, float temp, float lo, floa
     return z + block_sum_ordered(t);
 }
 
-void sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+int sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
     const float scale = 1.0f / w; /* exact: w is a power of two */
+    int top = -1;
     for (int j = 0; j < SAMPLE_BLOCK; j++) {
         if (!(x[j] >= lo)) {
             bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
@@ -72,7 +73,9 @@ void sample_hist_moments_ref(const float *x, float m, float lo, float w, uint16_
         double *q = mom + 4 * kb;
         q[0] += 1.0, q[1] += e, q[2] += e2, q[3] += e2 * e;
         bin[j] = (uint16_t)kb;
+        top = kb > top ? kb : top;
     }
+    return top;
 }
 
 void sample_prefix_block_ref(const float *t, const uint16_t *bin, int kb, double norm, double *acc, float *least) {

@@ -137,17 +137,19 @@ double sample_hist_block_avx2(const float *x, float m, float temp, float lo, flo
     return z + block_sum(a, c);
 }
 
-void sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+int sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
     const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps(lo), vs = _mm256_set1_ps(1.0f / w);
     const __m256 top = _mm256_set1_ps((float)(HIST_BINS - 1)), nw = _mm256_set1_ps(-w);
     const __m256 nhw = _mm256_set1_ps(-0.5f * w);
     const __m256d one = _mm256_set1_pd(1.0);
     const __m256i dump = _mm256_add_epi32(_mm256_set1_epi32(HIST_BINS), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     _Alignas(32) double quad[4 * SAMPLE_BLOCK];
+    __m256i hi = _mm256_set1_epi32(-1);
     for (int j = 0; j < SAMPLE_BLOCK; j += 8) {
         const __m256 xv = _mm256_loadu_ps(x + j), keep = _mm256_cmp_ps(xv, vlo, _CMP_GE_OQ);
         const __m256i k = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(_mm256_sub_ps(vm, xv), vs), top));
         const __m256i kd = _mm256_blendv_epi8(dump, k, _mm256_castps_si256(keep));
+        hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(-1), k, _mm256_castps_si256(keep)));
         _mm_storeu_si128((__m128i *)(bin + j),
                          _mm_packus_epi32(_mm256_castsi256_si128(kd), _mm256_extracti128_si256(kd, 1)));
         /* the offset from the bin's centre -(k + 1/2) w (exact: w a power of two); zeros below lo */
@@ -174,6 +176,10 @@ void sample_hist_moments_avx2(const float *x, float m, float lo, float w, uint16
         double *q = mom + 4 * bin[j];
         _mm256_storeu_pd(q, _mm256_add_pd(_mm256_loadu_pd(q), _mm256_load_pd(quad + 4 * j)));
     }
+    int m8[8], top8 = -1;
+    _mm256_storeu_si256((__m256i *)m8, hi);
+    for (int i = 0; i < 8; i++) top8 = m8[i] > top8 ? m8[i] : top8;
+    return top8;
 }
 
 void sample_prefix_block_avx2(const float *t, const uint16_t *bin, int kb, double norm, double *acc,

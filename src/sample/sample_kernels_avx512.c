@@ -94,17 +94,19 @@ static inline void add_quad(double *q, const double *o) {
     _mm256_storeu_pd(q, _mm256_add_pd(_mm256_loadu_pd(q), _mm256_load_pd(o)));
 }
 
-void sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
+int sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint16_t *bin, double *mom) {
     const __m512 vm = _mm512_set1_ps(m), vlo = _mm512_set1_ps(lo), vs = _mm512_set1_ps(1.0f / w);
     const __m512 top = _mm512_set1_ps((float)(HIST_BINS - 1)), nw = _mm512_set1_ps(-w);
     const __m512 nhw = _mm512_set1_ps(-0.5f * w);
     const __m512i dump = _mm512_add_epi32(_mm512_set1_epi32(HIST_BINS),
                                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7));
     _Alignas(64) double quad[4 * SAMPLE_BLOCK];
+    __m512i hi = _mm512_set1_epi32(-1);
     for (int j = 0; j < SAMPLE_BLOCK; j += 16) {
         const __m512 xv = _mm512_loadu_ps(x + j);
         const __mmask16 keep = _mm512_cmp_ps_mask(xv, vlo, _CMP_GE_OQ);
         const __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(_mm512_sub_ps(vm, xv), vs), top));
+        hi = _mm512_mask_max_epi32(hi, keep, hi, k);
         _mm256_storeu_si256((__m256i *)(bin + j), _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(keep, dump, k)));
         /* the offset from the bin's centre -(k + 1/2) w (exact: w a power of two) */
         const __m512 c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), nw, nhw);
@@ -123,6 +125,7 @@ void sample_hist_moments_avx512(const float *x, float m, float lo, float w, uint
         add_quad(mom + 4 * b[4], o + 8), add_quad(mom + 4 * b[5], o + 24);
         add_quad(mom + 4 * b[6], o + 12), add_quad(mom + 4 * b[7], o + 28);
     }
+    return _mm512_reduce_max_epi32(hi);
 }
 
 void sample_prefix_block_avx512(const float *t, const uint16_t *bin, int kb, double norm, double *acc,
