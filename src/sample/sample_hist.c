@@ -100,8 +100,11 @@ static double moment_err(double a, double n_max) {
 }
 
 /* The pass: per id its bin, per bin the moments, then the bins' sums and their error bounds for a call at
- * temperature temp whose bins span at least `span` below the maximum. */
-static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels *k, float span, float temp) {
+ * temperature temp whose bins span at least `span` below the maximum. A block whose maximum lies below `skip`
+ * (min-p's floor: none of its ids can be kept) is not binned: its exact temperature-1 terms (expf's, as the
+ * definition's) are summed instead and returned, for top-p's normalizer (skip -inf: none; 0 returned). */
+static double fill_bins(sample_hist *h, const sample_view *v, const sample_kernels *k, float span, float temp,
+                        float skip) {
     const float max = v->max;
     memset(h->mom, 0, 4 * (size_t)h->n_used * sizeof *h->mom); /* the previous call's bins; the rest stayed 0 */
     int ex;
@@ -113,10 +116,12 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
     h->z_exact = 0.0;
     h->terms_temp = 0.0f;
     int n_used = 0;
+    double skipped = 0.0;
     for (int b = 0; b < v->nb; b++) {
         uint16_t *bin = h->bin + (size_t)b * SAMPLE_BLOCK;
-        if (!(v->bm[b] >= h->lo)) {
+        if (!(v->bm[b] >= h->lo) || v->bm[b] < skip) {
             for (int j = 0; j < SAMPLE_BLOCK; j++) bin[j] = (uint16_t)(HIST_BINS + j % HIST_DUMP);
+            if (v->bm[b] < skip) skipped = k->exp_sum(sample_view_block(v, b), 1, max, 1.0f, skipped);
             continue;
         }
         /* a partial block: -inf pads */
@@ -134,6 +139,7 @@ static void fill_bins(sample_hist *h, const sample_view *v, const sample_kernels
     const double below = (double)max - (double)h->lo; /* every id below lo lies at least this below max */
     h->tail1 = (double)v->nv * exp(-below);
     h->tailt = (double)v->nv * exp(-below / temp);
+    return skipped;
 }
 
 /* The bin of logit l as hist_moments gives it (HIST_BINS below lo). */
@@ -461,13 +467,15 @@ int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kerne
     const float floor = min_p ? sample_min_p_floor(max, p->min_p) : -INFINITY;
     float span = top_p ? HIST_SPAN : 0.0f;
     if (min_p && (max - floor) * 1.001f > span) span = (max - floor) * 1.001f;
-    fill_bins(h, v, k, span, temp);
+    /* the blocks wholly under min-p's floor only add to top-p's normalizer: summed exactly, not binned */
+    const double skipped = fill_bins(h, v, k, span, temp, top_p ? floor : -INFINITY);
     const bool floor_in_bins = min_p && floor >= h->lo;
-    /* top-p's normalizer from the bins (the maximum's term is 1, so the tail's bound is relative), else 1 */
+    /* top-p's normalizer from the bins and the skipped blocks (the maximum's term is 1, so the tail's bound is
+     * relative; the skipped blocks' terms are exact), else 1 */
     double z = 1.0;
     h->eps_z = 0.0;
     if (top_p) {
-        z = 0.0;
+        z = skipped;
         for (int kb = 0; kb < h->n_used; kb++) z += sum1(h, kb);
         h->eps_z = EXPF_ERR + h->err1 + h->tail1 + ABS_SLACK;
     }
@@ -490,7 +498,7 @@ int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kerne
 int32_t sample_hist_draw(sample_hist *h, const sample_view *v, const sample_kernels *k, float temp, double r,
                          uint64_t *tmp) {
     if (!isfinite(v->max) || !(temp >= HIST_MIN_TEMP)) return -1;
-    fill_bins(h, v, k, HIST_SPAN * temp, temp);
+    (void)fill_bins(h, v, k, HIST_SPAN * temp, temp, -INFINITY);
     if (h->n_used == 0) return -1;
     /* the normalizer: the bins' sums (the maximum's term is 1), the terms below lo in the error bound */
     double z = 0.0, z_u = 0.0;
