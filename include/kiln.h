@@ -214,6 +214,8 @@ typedef struct kiln_stats {
     uint64_t graph_captures;   /* graph captures or instantiations */
     uint64_t jit_compiles;     /* runtime compilations */
     uint64_t tokens_prefilled, tokens_decoded;
+    uint64_t host_sample_ns;   /* wall time kiln_batch spent drawing KILN_OUT_SAMPLE rows on the host (kiln_sample
+                                * on the backend's threads: the CPU backend's draws) */
 } kiln_stats;
 void kiln_session_stats(const kiln_session *s, kiln_stats *out);
 

@@ -105,7 +105,7 @@ TEST(batch_mixed_prefill_decode_logits_bit_identical_to_alone) {
  * kiln_sample gives drawing the same rows' logits one after the other in row order: 12 steps of four
  * sequences in two sessions, KILN_OUT_SAMPLE rows in one, logits rows sampled by the test in the other; the
  * rows mix in an argmax row (so a draw must find its own output's logits), and in the second half sequences 0
- * and 1 share one sampler (drawn in turn from its one RNG). */
+ * and 1 share one sampler (drawn in turn from its one RNG). The drawing session's kiln_stats time its draws. */
 TEST(batch_host_sampled_rows_equal_draws_in_turn) {
     kiln_model *m;
     REQUIRE_OK(kiln_model_open(test_shared("models/tinystories-656K/TinyStories-656K-Q8_0.gguf"), &m));
@@ -145,6 +145,12 @@ TEST(batch_host_sampled_rows_equal_draws_in_turn) {
         for (int q = 0; q < NSEQ; q++) differ += tok[0][q] != tok[1][q];
     }
     CHECKF(differ == 0, "%d of %d host-sampled ids differ from draws in turn", differ, 12 * NSEQ);
+    /* the session that drew on the host timed its draws; the one that only gave logits drew nothing */
+    kiln_stats st[2];
+    kiln_session_stats(s[0], &st[0]);
+    kiln_session_stats(s[1], &st[1]);
+    CHECKF(st[0].host_sample_ns > 0 && st[1].host_sample_ns == 0, "host_sample_ns %llu (sampled) / %llu (logits)",
+           (unsigned long long)st[0].host_sample_ns, (unsigned long long)st[1].host_sample_ns);
     for (int side = 0; side < 2; side++) {
         for (int q = 0; q < NSEQ; q++) kiln_sampler_close(smp[side][q]);
         kiln_session_close(s[side]);

@@ -58,6 +58,7 @@ kiln_status bench_step(kiln_session *s, const bench_seqs_args *a, kiln_batch_row
 typedef struct seq_result {
     int k;
     uint64_t prefill_ns, decode_ns, step_ns, mean_step_ns, first_step_ns;
+    uint64_t sample_ns; /* the mean host-draw time of a step (kiln_stats.host_sample_ns over the decode steps) */
 } seq_result;
 
 /* One k: R repetitions; medians into *r. prompt: P ids; scratch: rows/out of k, times of R*N steps. */
@@ -65,6 +66,7 @@ static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const
                          kiln_batch_row *rows, kiln_batch_output *out, kiln_sampler **smp, uint64_t *pre, uint64_t *dec,
                          uint64_t *steps) {
     r->k = k;
+    uint64_t drawn = 0;
     for (long rep = 0; rep < a->R; rep++) {
         for (int q = 0; q < k; q++) TRY(kiln_seq_reset(s, q));
         uint64_t t0 = kiln_now_ns();
@@ -74,11 +76,15 @@ static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const
             rows[q] = (kiln_batch_row){.seq = q, .id = prompt[(q * 7) % a->P], .out = KILN_OUT_ARGMAX};
             if (a->sample) kiln_sampler_reset(smp[q]);
         }
+        kiln_stats st0, st1;
+        kiln_session_stats(s, &st0);
         for (long g = 0; g < a->N; g++) {
             uint64_t ts = kiln_now_ns();
             TRY(bench_step(s, a, rows, k, out, smp));
             steps[rep * a->N + g] = kiln_now_ns() - ts;
         }
+        kiln_session_stats(s, &st1);
+        drawn += st1.host_sample_ns - st0.host_sample_ns;
         pre[rep] = t1 - t0;
         dec[rep] = kiln_now_ns() - t1;
     }
@@ -87,6 +93,7 @@ static kiln_status run_k(kiln_session *s, const bench_seqs_args *a, int k, const
     uint64_t total = 0;
     for (long rep = 0; rep < a->R; rep++) total += dec[rep];
     r->mean_step_ns = a->N ? total / (uint64_t)(a->R * a->N) : 0;
+    r->sample_ns = a->N ? drawn / (uint64_t)(a->R * a->N) : 0;
     r->decode_ns = cli_median_u64(dec, a->R);
     r->step_ns = a->N ? cli_median_u64(steps, a->R * a->N) : 0;
     return KILN_OK;
@@ -105,10 +112,11 @@ static void print_results(const bench_seqs_args *a, kiln_session *s, const seq_r
             const double agg = r->step_ns ? r->k / (r->step_ns / 1e9) : 0;
             printf("%s{\"k\":%d,\"prefill_median_ns\":%llu,\"decode_median_ns\":%llu,\"step_median_ns\":%llu,"
                    "\"step_mean_ns\":%llu,\"first_step_ns\":%llu,\"decode_tok_s\":%.1f,\"per_seq_tok_s\":%.1f,"
-                   "\"ratio_to_first_k\":%.3f}",
+                   "\"ratio_to_first_k\":%.3f,\"host_sample_ns_per_step\":%llu}",
                    i ? "," : "", r->k, (unsigned long long)r->prefill_ns, (unsigned long long)r->decode_ns,
                    (unsigned long long)r->step_ns, (unsigned long long)r->mean_step_ns,
-                   (unsigned long long)r->first_step_ns, agg, agg / r->k, base ? agg / base : 0.0);
+                   (unsigned long long)r->first_step_ns, agg, agg / r->k, base ? agg / base : 0.0,
+                   (unsigned long long)r->sample_ns);
         }
         printf("]}\n");
         return;
@@ -124,6 +132,13 @@ static void print_results(const bench_seqs_args *a, kiln_session *s, const seq_r
                r->mean_step_ns / 1e6, r->first_step_ns / 1e6, r->prefill_ns / 1e6, base ? agg / base : 0.0);
     }
     printf("tok/s from the median step; first step: the first kiln_batch of k rows in this process\n");
+    if (!res[0].sample_ns) return;
+    /* the draws of KILN_OUT_SAMPLE rows on the host, timed inside kiln_batch: their share of the mean step */
+    printf("host draws a step:");
+    for (int i = 0; i < a->n_ks; i++)
+        printf("%s k = %d %.3f ms (%.1f%%)", i ? "," : "", res[i].k, res[i].sample_ns / 1e6,
+               res[i].mean_step_ns ? 100.0 * (double)res[i].sample_ns / (double)res[i].mean_step_ns : 0.0);
+    printf("\n");
 }
 
 int bench_seqs(const bench_seqs_args *a) {

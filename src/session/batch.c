@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/timing.h"
 #include "session/session_internal.h"
 
 /* Checks one row: its sequence, its id, its output kind. */
@@ -108,8 +109,10 @@ static void draw_on_host(kiln_session *s, const kiln_batch_row *rows, kiln_batch
     for (int a = 0; pool && a < nh; a++)
         for (int b = a + 1; pool && b < nh; b++)
             if (rows[out[s->host_k[a]].row].sampler == rows[out[s->host_k[b]].row].sampler) pool = NULL;
+    const uint64_t t0 = kiln_now_ns();
     if (pool) kiln_pool_for(pool, nh, 1, draw_range, &d);
     else draw_range(&d, 0, nh, 0);
+    s->host_sample_ns += kiln_now_ns() - t0;
 }
 
 /* After a successful forward: positions, counters and the outputs. */

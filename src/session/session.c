@@ -173,6 +173,7 @@ kiln_status kiln_session_open_ops(kiln_model *m, const kiln_session_options *opt
               s->kv_bytes_per_seq * (double)s->cfg.n_seq / 1048576.0);
     memset(&s->counts, 0, sizeof s->counts);
     s->n_prefilled = s->n_decoded = 0;
+    s->host_sample_ns = 0;
     *out = s;
     return KILN_OK;
 }
@@ -217,6 +218,7 @@ void kiln_session_stats(const kiln_session *s, kiln_stats *out) {
     out->jit_compiles = c.jit_compiles;
     out->tokens_prefilled = s->n_prefilled;
     out->tokens_decoded = s->n_decoded;
+    out->host_sample_ns = s->host_sample_ns;
 }
 
 size_t kiln_session_open_phases(const kiln_session *s, const kiln_phase **out) {

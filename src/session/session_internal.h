@@ -29,6 +29,7 @@ struct kiln_session {
     kiln_phases phases;        /* model's open phases, then the session's */
     kiln_counters counts;      /* what happened inside this session's calls since the end of open */
     uint64_t n_prefilled, n_decoded;
+    uint64_t host_sample_ns;   /* wall time of the host draws since the end of open */
 };
 
 /* Runs a checked batch (batch.c): the core of kiln_batch, kiln_seq_prefill and the warm pass. */
