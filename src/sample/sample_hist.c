@@ -177,14 +177,15 @@ static const cand *members(sample_hist *h, const sample_view *v, const sample_ke
 /* At temperature 1 (the cut): the bins' cumulative over the approximate normalizer. */
 static double cut_rel(const sample_hist *h) { return EXPF_ERR + ULP + h->err1 + h->eps_z; }
 
-/* The largest |u| in bins 0..kb at the temperature (0 at temperature 1, where u is exact). */
-static double u_max(const sample_hist *h, int kb) {
-    return h->temp == 1.0f ? 0.0 : ((double)kb + 1.0) * h->w / h->temp * (1.0 + 1e-6) + 1e-6;
+/* A bound of |u| at the temperature for ids at most n bins below the maximum (n w below it): 0 at temperature 1,
+ * where u is exact. */
+static double u_bound(const sample_hist *h, double n) {
+    return h->temp == 1.0f ? 0.0 : n * h->w / h->temp * (1.0 + 1e-6) + 1e-6;
 }
 
 /* At the temperature (the draw), through bin kb, with eps the draw's normalizer's error. */
 static double draw_rel(const sample_hist *h, int kb, double eps) {
-    return EXPF_ERR + ULP + h->errt + ULP * u_max(h, kb) + eps;
+    return EXPF_ERR + ULP + h->errt + ULP * u_bound(h, kb + 1.0) + eps;
 }
 
 /* Whether cumulative c (relative error rel) may lie on the other side of `at` than it does. */
@@ -454,8 +455,7 @@ static int32_t hist_draw(sample_hist *h, const sample_view *v, const sample_kern
 /* The relative error of a draw's normalizer summed from bins 0..last (the sums at the temperature: s_u their sum
  * weighted by kb + 1, for the rounding of u; members' terms are exact), plus `tail` for the terms left out. */
 static double draw_norm_err(const sample_hist *h, double s, double s_u, double tail) {
-    const double u_mean = h->temp == 1.0f ? 0.0 : s_u / s * h->w / h->temp * (1.0 + 1e-6) + 1e-6;
-    return EXPF_ERR + h->errt + ULP * u_mean + tail + ABS_SLACK;
+    return EXPF_ERR + h->errt + ULP * u_bound(h, s_u / s) + tail + ABS_SLACK; /* |u| averaged by the terms */
 }
 
 int32_t sample_hist_cut(sample_hist *h, const sample_view *v, const sample_kernels *k, const kiln_sampler_params *p,

@@ -38,7 +38,7 @@ typedef double (*sample_exp_sum_fn)(const float *x, int nblk, float m, float tem
 /* SAMPLE_SUM_ORDER: within a block of 64 terms t[], lane l = 0..7 adds t[l], t[l + 8], ..., t[l + 56] in
  * turn from 0, then the block's sum is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
 
-/* One block of the histogram (sample_hist.c), x[0..64): e1[j] = expf(x[j] - m) and et[j] = expf((x[j] - m) /
+/* One block of exact terms (sample_hist.c's exact resolution and its normalizer), x[0..64): e1[j] = expf(x[j] - m) and et[j] = expf((x[j] - m) /
  * temp) bit for bit, bin[j] = min((int)((m - x[j]) * scale), HIST_BINS - 1) where x[j] >= lo, else
  * HIST_BINS + j % HIST_DUMP (also for NaN); returns z plus the block's exact temperature-1 sum (as exp_sum's). */
 typedef double (*sample_hist_block_fn)(const float *x, float m, float temp, float lo, float scale, float *e1,
