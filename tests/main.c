@@ -144,6 +144,12 @@ int32_t test_argmax(const float *x, int n) {
     return b;
 }
 
+bool test_near_tie(const float *x, int n, int32_t a, int32_t b, double frac) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+    return fabs((double)x[a] - x[b]) < frac * ((double)hi - lo);
+}
+
 uint64_t test_heap_calls(void) { return atomic_load(&heap_calls); }
 
 void test_check_after_open(const char *file, int line, const char *what, const kiln_stats *st, uint64_t heap) {

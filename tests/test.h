@@ -74,6 +74,9 @@ float test_rand_normal(uint64_t *state);
 double test_cosine(const float *a, const float *b, int n);
 /* Index of the largest of x[0..n) (the lowest on ties). */
 int32_t test_argmax(const float *x, int n);
+/* Whether logits x (n) put ids a and b within frac of their range of each other: a near-tie, where greedy ids of
+ * two runs that differ by rounding may go either way. */
+bool test_near_tie(const float *x, int n, int32_t a, int32_t b, double frac);
 
 /* Heap calls made by any code in the test binary (counted by -Wl,--wrap wrappers). */
 uint64_t test_heap_calls(void);

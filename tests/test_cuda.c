@@ -417,9 +417,12 @@ TEST(cuda_gemm_matches_scalar_reference_every_type) {
     }
 }
 
-/* Scalar causal attention in double. */
+static double f16_round(double x) { return kiln_f16_to_f32(kiln_f32_to_f16((float)x)); }
+
+/* Scalar causal attention in double. The decode kernel's roundings (round_q): q to F16, and, for a row of at most
+ * round_p_keys keys (those it computes in one block and one pass), the normalized probabilities to F16. */
 static void attention_ref(const float *q, const float *k, const float *v, int nh, int nkv, int hd, int pos0, int n_tok,
-                          double *out) {
+                          bool round_q, int round_p_keys, double *out) {
     const int Q = nh * hd, KV = nkv * hd, G = nh / nkv;
     double *sc = malloc(sizeof(double) * (pos0 + n_tok));
     for (int t = 0; t < n_tok; t++)
@@ -428,15 +431,21 @@ static void attention_ref(const float *q, const float *k, const float *v, int nh
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < n_keys; j++) {
                 double d = 0;
-                for (int c = 0; c < hd; c++) d += (double)q[(size_t)t * Q + h * hd + c] * k[(size_t)j * KV + kvh * hd + c];
+                for (int c = 0; c < hd; c++) {
+                    const double qc = q[(size_t)t * Q + h * hd + c];
+                    d += (round_q ? f16_round(qc) : qc) * k[(size_t)j * KV + kvh * hd + c];
+                }
                 sc[j] = d / sqrt((double)hd);
                 mx = sc[j] > mx ? sc[j] : mx;
             }
             for (int j = 0; j < n_keys; j++) sum += (sc[j] = exp(sc[j] - mx));
+            const bool round_p = n_keys <= round_p_keys;
+            if (round_p)
+                for (int j = 0; j < n_keys; j++) sc[j] = f16_round(sc[j] / sum);
             for (int c = 0; c < hd; c++) {
                 double o = 0;
                 for (int j = 0; j < n_keys; j++) o += sc[j] * v[(size_t)j * KV + kvh * hd + c];
-                out[(size_t)t * Q + h * hd + c] = o / sum;
+                out[(size_t)t * Q + h * hd + c] = round_p ? o : o / sum;
             }
         }
     free(sc);
@@ -466,7 +475,7 @@ TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
         fill_normal(&rng, v, (size_t)KV * n_keys, 1.0f);
         /* the device keeps K and V in F16: the reference reads the same rounded values */
         for (int i = 0; i < KV * n_keys; i++) k[i] = kiln_f16_to_f32(kiln_f32_to_f16(k[i])), v[i] = kiln_f16_to_f32(kiln_f32_to_f16(v[i]));
-        attention_ref(q, k, v, nh, nkv, hd, pos0, n_tok, ref);
+        attention_ref(q, k, v, nh, nkv, hd, pos0, n_tok, false, 0, ref);
         for (int i = 0; i < Q * n_tok; i++) out[i] = NAN;
         CHECK_OK(kiln_cuda_test_attention(q, k, v, nh, nkv, hd, pos0, n_tok, out));
         const double e = rel_err(out, ref, (size_t)Q * n_tok);
@@ -513,7 +522,8 @@ TEST(cuda_attention_matches_scalar_reference_decode_and_prefill) {
                 for (int i = 0; i < Q; i++) ref[(size_t)r * Q + i] = 0.0;
                 continue;
             }
-            attention_ref(q + (size_t)r * Q, k + o, v + o, nh, nkv, hd, dec[c].pos[r], 1, ref + (size_t)r * Q);
+            /* the probabilities rounded in rows of up to 32 keys (AD_MIN_CHUNK: one block and one pass) */
+            attention_ref(q + (size_t)r * Q, k + o, v + o, nh, nkv, hd, dec[c].pos[r], 1, true, 32, ref + (size_t)r * Q);
         }
         for (int i = 0; i < Q * R; i++) out[i] = NAN;
         CHECK_OK(kiln_cuda_test_attention_rows(q, k, v, nh, nkv, hd, C, R, dec[c].seq, dec[c].pos, dec[c].n_split,
@@ -619,17 +629,11 @@ TEST(cuda_model_matches_cpu_and_llamacpp_every_file) {
             else departed = true;
             tok = pick;
         }
-        printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's", rel, worst, same);
-        if (same < 50 && same < n_want) {
-            /* a departure is accepted only where llama.cpp itself had a near-tie. TinyStories Q4_1 leaves at
-             * step 19 (gap 0.0103): the reference's CPU attention rounds q and the softmax probabilities to
-             * F16 (kiln's CPU backend does too), the split decode attention here does not; without those two
-             * roundings kiln's CPU leaves at the same step (bench/RESULTS.md, native Q4_1/Q5_x) */
-            const double gap = ref_gap(refs[f], same);
-            printf(" (departs at step %zu where llama.cpp's top-1/top-2 gap is %.4f)", same, gap);
-            CHECKF(gap < 0.02, "%s: only %zu greedy ids equal to llama.cpp's, and its gap there is %.4f", rel, same, gap);
-        }
-        printf("\n");
+        printf("  %s: worst cosine %.6f over 64 steps; %zu ids equal to llama.cpp's\n", rel, worst, same);
+        /* every file, TinyStories Q4_1 too (it left at step 19, gap 0.0103, while the decode attention kept q and
+         * the softmax probabilities in F32 where the reference rounds them to F16: bench/RESULTS.md) */
+        CHECKF(same >= 50 || same >= n_want, "%s: only %zu greedy ids equal to llama.cpp's (its gap there %.4f)", rel,
+               same, ref_gap(refs[f], same));
 
         /* prefills of 16 and 80 tokens (BOS + the greedy ids, twice over), then decode from the prefilled cache */
         int32_t prompt[80] = {1};

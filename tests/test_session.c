@@ -333,9 +333,10 @@ TEST(session_kv_bytes_per_sequence_and_n_seq_cap) {
 #define CB_STEPS 24
 
 /* Greedy ids and logits of CB_SEQ prompts: all in one session of CB_SEQ sequences (the prompts prefilled in one
- * mixed batch, then one batch of CB_SEQ decode rows per step), or (alone) one sequence at a time. */
-static bool cuda_batch_run(kiln_model *m, bool alone, int32_t ids[CB_SEQ][CB_STEPS], float *lg, int nv,
-                           kiln_stats *st) {
+ * mixed batch, then one batch of CB_SEQ decode rows per step), or (alone) one sequence at a time. With fed, each
+ * step after the first is fed fed's id for that sequence and step (teacher forcing) instead of its own. */
+static bool cuda_batch_run(kiln_model *m, bool alone, const int32_t (*fed)[CB_STEPS], int32_t ids[CB_SEQ][CB_STEPS],
+                           float *lg, int nv, kiln_stats *st) {
     static const int32_t prompts[CB_SEQ][5] = {{1, 403, 407, 261, 300}, {1, 9, 23}, {1, 500, 501, 502}, {1, 77}};
     static const int plen[CB_SEQ] = {5, 3, 4, 2};
     kiln_session *s = NULL;
@@ -364,7 +365,8 @@ static bool cuda_batch_run(kiln_model *m, bool alone, int32_t ids[CB_SEQ][CB_STE
             }
             n = 0;
             for (int q = 0; ok && q < nq; q++)
-                rows[n++] = (kiln_batch_row){.seq = q, .id = ids[q0 + q][t], .out = KILN_OUT_LOGITS};
+                rows[n++] = (kiln_batch_row){.seq = q, .id = (fed ? fed : (const int32_t(*)[CB_STEPS])ids)[q0 + q][t],
+                                             .out = KILN_OUT_LOGITS};
         }
     }
     if (!ok) test_failf(__FILE__, __LINE__, "batch: %s", kiln_last_error());
@@ -373,8 +375,11 @@ static bool cuda_batch_run(kiln_model *m, bool alone, int32_t ids[CB_SEQ][CB_STE
     return ok;
 }
 
-/* CUDA, n_seq = 4: every sequence's greedy ids in a batch equal its ids alone and its logits agree (cosine
- * >= 0.9999), on both trained models; a mixed prefill + decode batch and every step allocate nothing. */
+/* CUDA, n_seq = 4: every sequence's logits in a batch agree with its logits alone fed the same ids (cosine >=
+ * 0.9999 at every step) and give the same greedy ids, a difference accepted only at a near-tie of the alone run
+ * (CUDA's matrix products add in an order that depends on the batch's row count, so batch and alone differ by
+ * rounding: bit for bit is the CPU's contract, DESIGN.md), on both trained models; a mixed prefill + decode batch
+ * and every step allocate nothing. */
 TEST(cuda_batch_of_sequences_matches_each_alone) {
     if (!test_gpu_ready()) return;
     const char *files[] = {S260, TINY};
@@ -388,24 +393,31 @@ TEST(cuda_batch_of_sequences_matches_each_alone) {
         int32_t ia[CB_SEQ][CB_STEPS], ib[CB_SEQ][CB_STEPS];
         kiln_stats sa, sb;
         REQUIRE(la && lb);
-        if (cuda_batch_run(m, true, ia, la, mi.n_vocab, &sa) && cuda_batch_run(m, false, ib, lb, mi.n_vocab, &sb)) {
+        if (cuda_batch_run(m, false, NULL, ib, lb, mi.n_vocab, &sb) &&
+            cuda_batch_run(m, true, (const int32_t(*)[CB_STEPS])ib, ia, la, mi.n_vocab, &sa)) {
             double worst = 1;
-            int same = 0;
+            int same = 0, ties = 0;
             for (int q = 0; q < CB_SEQ; q++)
                 for (int t = 0; t < CB_STEPS; t++) {
                     const size_t at = ((size_t)q * CB_STEPS + t) * mi.n_vocab;
                     const double c = test_cosine(la + at, lb + at, mi.n_vocab);
                     worst = c < worst ? c : worst;
-                    same += ia[q][t] == ib[q][t];
+                    if (ia[q][t] == ib[q][t]) {
+                        same++;
+                        continue;
+                    }
+                    ties++;
+                    CHECKF(test_near_tie(la + at, mi.n_vocab, ia[q][t], ib[q][t], 1e-3),
+                           "%s seq %d step %d: greedy id %d in the batch, %d alone (not a near-tie)", files[f], q, t,
+                           ib[q][t], ia[q][t]);
                 }
             CHECKF(worst >= 0.9999, "%s: worst cosine batch vs alone %.6f", files[f], worst);
-            CHECKF(same == CB_SEQ * CB_STEPS, "%s: %d of %d greedy ids equal", files[f], same, CB_SEQ * CB_STEPS);
             CHECKF(sb.host_allocs == 0 && sb.device_allocs == 0 && sb.module_loads == 0 && sb.graph_captures == 0,
                    "%s: after open: %llu host / %llu device allocations, %llu module loads, %llu captures", files[f],
                    (unsigned long long)sb.host_allocs, (unsigned long long)sb.device_allocs,
                    (unsigned long long)sb.module_loads, (unsigned long long)sb.graph_captures);
-            printf("  %s: %d sequences x %d steps in one batch: worst cosine vs alone %.7f, %d/%d ids equal\n",
-                   files[f], CB_SEQ, CB_STEPS, worst, same, CB_SEQ * CB_STEPS);
+            printf("  %s: %d sequences x %d steps in one batch: worst cosine vs alone %.7f, %d/%d ids equal (%d at "
+                   "near-ties)\n", files[f], CB_SEQ, CB_STEPS, worst, same, CB_SEQ * CB_STEPS, ties);
         }
         free(la);
         free(lb);

@@ -4,9 +4,10 @@
  *                  (split, group of up to MG query heads of one KV head, row) over one chunk of the row's
  *                  keys (at least AD_MIN_CHUNK: the number of splits at work follows the context at run
  *                  time; its first sub-chunk's K/V rows prefetched into L2 before the PDL wait), 16-byte K/V
- *                  loads by groups of head_dim / 8 lanes (one key per group), scores in
+ *                  loads by groups of head_dim / 8 lanes (one key per group), q rounded to F16, scores in
  *                  shared memory, online softmax over sub-chunks; the last block of (row, group) combines
- *                  the partials with all its threads
+ *                  the partials with all its threads. A row whose keys fit one block's one pass rounds its
+ *                  normalized probabilities to F16 before the V sum, as the reference's CPU attention does
  *   k_attn_prefill<HD>  prefill on the tensor cores (head_dim 64 or 128): block (64 tokens, query head), keys
  *                  in tiles of 64 through shared memory, S = Q K^T and O += P V by mma, online softmax in registers
  *   k_attention    prefill for the other head sizes: all keys of one (KV head, token) by one block of 64 threads
@@ -63,6 +64,9 @@ static __device__ __forceinline__ void load8(const __half *row, int li, int hd, 
         for (int e = 0; e < 8; e++) f[e] = 8 * li + e < hd ? __half2float(row[8 * li + e]) : 0.0f;
     }
 }
+
+/* x rounded to the nearest F16 and back. */
+static __device__ __forceinline__ float f16_round(float x) { return __half2float(__float2half_rn(x)); }
 
 /* Output element i (of n_head * hd) of row r. */
 static __device__ __forceinline__ void attn_put(const attn_args &a, int r, int i, float v) {
@@ -149,10 +153,17 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             const int d = 8 * li + e;
-            q[g][e] = g < Gb && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (h0 + g) * hd + d) * a.scale : 0.0f;
+            /* q rounded to F16 first, as the reference's CPU attention takes it (kiln's CPU backend too) */
+            const float qv = g < Gb && d < hd ? __ldcg(a.q + (long long)r * a.q_stride + (h0 + g) * hd + d) : 0.0f;
+            q[g][e] = f16_round(qv) * a.scale;
             acc[g][e] = 0.0f;
         }
     if (tid < MG) m_sh[tid] = -INFINITY, l_sh[tid] = 0.0f;
+    /* a row of up to AD_MIN_CHUNK keys (every short context) has them all in one block and one pass, whatever
+     * the split count: its softmax is whole before the V sum, so its probabilities are normalized and rounded to
+     * F16 first, as the reference's CPU attention (and kiln's CPU backend) round them. A longer row is not
+     * (a split row cannot without a second pass), so that a row's result never depends on its batch's split */
+    const bool whole = n_keys <= AD_MIN_CHUNK;
 
     for (int kb = k0; kb < k1; kb += AD_SUB) {
         const int n = min(AD_SUB, k1 - kb);
@@ -190,6 +201,10 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
                 sum += e;
             }
             sum = warp_sum(sum);
+            if (whole) {
+                const float inv = 1.0f / sum;
+                for (int j = lane; j < n; j += 32) sc[g][j] = f16_round(sc[g][j] * inv);
+            }
             if (lane == 0) {
                 const float alpha = __expf(m_old - m_new);
                 l_sh[g] = l_sh[g] * alpha + sum;
@@ -243,7 +258,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_decode(const __grid_constan
 #pragma unroll
         for (int w = 1; w < AD_WARPS; w++) v += red[w][i];
         const int g = i / hd, d = i - g * hd;
-        if (n_active == 1) attn_put(a, r, h0 * hd + i, v / l_sh[g]);
+        if (n_active == 1) attn_put(a, r, h0 * hd + i, whole ? v : v / l_sh[g]);
         else part[(h0 + g) * stride + d] = v;
     }
     if (n_active == 1) return;
