@@ -7,12 +7,15 @@
 #include "base/error.h"
 #include "base/timing.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* One spin step: a pause hint on x86, a yield hint on Arm, nothing elsewhere. */
 static inline void cpu_relax(void) {
@@ -32,11 +35,18 @@ static inline void cpu_relax(void) {
  *  - stalls: the caller waited for claimed chunks longer than its own part of the run took, plus STALL_SLACK_NS
  *    (on a quiet machine the wait is at most one chunk): a thread was descheduled inside a chunk. One stall longer
  *    than STALL_LONG_NS is a sign; shorter ones are a sign when STALL_SIGNS of them fall within STALL_WINDOW
- *    parallel runs. (A quiet 2-core VM shows a lone 0.4-2.4 ms stall every few thousand runs, a vCPU or a kernel
- *    thread taking the core for a tick; when each lone one started a solo stretch, 1B decode of 4 sequences on 2
- *    threads ran alone for over half its runs: 25 tok/s instead of 39.6, bench/RESULTS.md.)
+ *    parallel runs and their waits add up to at least 1 / STALL_LOSS_DIV of the window's wall time so far (at
+ *    least STALL_MIN_SPAN_NS): going alone pays only when stalls take a good part of what a second thread gives.
+ *    (A quiet 2-core VM shows a lone 0.3-5 ms stall every few thousand runs, a vCPU or a kernel thread taking the
+ *    core for a tick; when each lone one started a solo stretch, 1B decode of 4 sequences on 2 threads ran alone
+ *    for over half its runs: 25 tok/s instead of 39.6; when any three in a window did, the MoE model's decode, ~290
+ *    runs a token, ran alone for half its runs: 52-57 ms a token instead of 43-45, bench/RESULTS.md.)
  *  - a low CPU share: over SAMPLES sampled runs (one run in SAMPLE_EVERY), the caller's thread ran less than
- *    MIN_CPU_SHARE of their wall time (other threads, or its own workers, took its core).
+ *    MIN_CPU_SHARE of their wall time, and it waited for a core of this machine (Linux's run delay, where the
+ *    system reports it) at least half as long as it lost over the window: other threads, or its own workers, took
+ *    its core. (Time a hypervisor takes from the whole VM is lost too, but no thread of the machine waited for it
+ *    and going alone does not get it back: a 2-core VM whose host took 20-40% of the caller's time for a moment
+ *    sent the MoE model's decode alone for 1000-4000 runs at a time, bench/RESULTS.md.)
  * Then the caller computes the next runs alone (the workers fall asleep and leave their cores to the others)
  * for a stretch of SOLO_RUNS runs, doubling while the signs recur up to SOLO_RUNS_MAX; SOLO_RUNS parallel runs
  * without a sign bring it back to SOLO_RUNS. At the end of a stretch the caller does not try its threads on a
@@ -50,6 +60,8 @@ static inline void cpu_relax(void) {
 #define STALL_LONG_NS 20000000
 #define STALL_SIGNS 3
 #define STALL_WINDOW 1024
+#define STALL_LOSS_DIV 4
+#define STALL_MIN_SPAN_NS 50000000
 #define SAMPLE_EVERY 8
 #define SAMPLES 32
 #define MIN_CPU_SHARE 0.85
@@ -91,9 +103,11 @@ struct kiln_pool {
     int solo_next;           /* the length of the next solo stretch */
     int calm_runs;           /* parallel runs since the last sign of oversubscription */
     int stalls, stall_runs;  /* short stalls in the current window of stall_runs parallel runs */
+    uint64_t window_t0, stall_ns; /* when the window's first run started; its stalled runs' waits */
     unsigned runs;           /* parallel runs, for the sampling */
     int samples;             /* sampled runs in the current window, their thread CPU time and wall time */
     uint64_t sample_cpu_ns, sample_wall_ns;
+    uint64_t sample_t0, sample_delay0; /* when the window's first sampled run started; the run delay then */
     bool probing;            /* a probe asked for and not yet read */
     _Alignas(64) _Atomic uint32_t generation;  /* one more per run: the workers' signal to look at the shares */
     _Atomic int sleepers;
@@ -293,12 +307,37 @@ static void wait_done(kiln_pool *p, int n_chunks) {
     }
 }
 
-/* Adds one sampled run; true when a window of SAMPLES ends with the caller's CPU share below MIN_CPU_SHARE. */
-static bool cpu_share_low(kiln_pool *p, uint64_t cpu_ns, uint64_t wall_ns) {
+/* Nanoseconds this thread has been runnable and waiting for a core of this machine (the second field of Linux's
+ * /proc/thread-self/schedstat), or UINT64_MAX where the system does not say. */
+static uint64_t thread_run_delay_ns(void) {
+    char buf[128];
+    const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return UINT64_MAX;
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return UINT64_MAX;
+    buf[n] = 0;
+    char *end;
+    strtoull(buf, &end, 10); /* the time on a core, then the time waiting for one */
+    if (*end != ' ') return UINT64_MAX;
+    return strtoull(end, NULL, 10);
+}
+
+/* Adds one sampled run that started at t0; true when a window of SAMPLES ends with the caller's CPU share below
+ * MIN_CPU_SHARE, and (where the run delay is known) with half the lost time or more spent waiting for a core. */
+static bool cpu_share_low(kiln_pool *p, uint64_t t0, uint64_t cpu_ns, uint64_t wall_ns) {
+    if (p->samples == 0) p->sample_t0 = t0, p->sample_delay0 = thread_run_delay_ns();
     p->sample_cpu_ns += cpu_ns;
     p->sample_wall_ns += wall_ns;
     if (++p->samples < SAMPLES) return false;
-    const bool low = (double)p->sample_cpu_ns < MIN_CPU_SHARE * (double)p->sample_wall_ns;
+    bool low = (double)p->sample_cpu_ns < MIN_CPU_SHARE * (double)p->sample_wall_ns;
+    const uint64_t delay = low ? thread_run_delay_ns() : UINT64_MAX;
+    if (delay != UINT64_MAX && p->sample_delay0 != UINT64_MAX) {
+        /* the samples cover one run in SAMPLE_EVERY, the run delay the whole window: compare fractions */
+        const double lost = 1.0 - (double)p->sample_cpu_ns / (double)p->sample_wall_ns,
+                     waited = (double)(delay - p->sample_delay0) / (double)(t0 + wall_ns - p->sample_t0);
+        low = waited >= 0.5 * lost;
+    }
     p->samples = 0;
     p->sample_cpu_ns = p->sample_wall_ns = 0;
     return low;
@@ -331,12 +370,17 @@ static bool solo_probe_read(kiln_pool *p) {
     return false;
 }
 
-/* After a parallel run whose caller waited wait_ns for claimed chunks, having computed its own part in own_ns:
- * whether the stalls so far are a sign (see STALL_SIGNS). */
-static bool stall_sign(kiln_pool *p, uint64_t own_ns, uint64_t wait_ns) {
-    if (++p->stall_runs > STALL_WINDOW) p->stall_runs = 1, p->stalls = 0;
+/* After a parallel run that started at t0, whose caller computed its own part until t1 and waited for claimed
+ * chunks until t2: whether the stalls so far are a sign (see STALL_SIGNS). */
+static bool stall_sign(kiln_pool *p, uint64_t t0, uint64_t t1, uint64_t t2) {
+    if (++p->stall_runs > STALL_WINDOW || p->stall_runs == 1)
+        p->stall_runs = 1, p->stalls = 0, p->stall_ns = 0, p->window_t0 = t0;
+    const uint64_t own_ns = t1 - t0, wait_ns = t2 - t1;
     if (wait_ns <= own_ns + STALL_SLACK_NS) return false;
-    return wait_ns > STALL_LONG_NS || ++p->stalls >= STALL_SIGNS;
+    if (wait_ns > STALL_LONG_NS) return true;
+    p->stall_ns += wait_ns;
+    const uint64_t span = t2 - p->window_t0 > STALL_MIN_SPAN_NS ? t2 - p->window_t0 : STALL_MIN_SPAN_NS;
+    return ++p->stalls >= STALL_SIGNS && p->stall_ns * STALL_LOSS_DIV >= span;
 }
 
 void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *ctx) {
@@ -363,8 +407,8 @@ void kiln_pool_for(kiln_pool *p, int n, int grain, kiln_pool_range_fn fn, void *
     const uint64_t t1 = kiln_now_ns();
     wait_done(p, n_chunks);
     const uint64_t t2 = kiln_now_ns();
-    bool busy = stall_sign(p, t1 - t0, t2 - t1);
-    if (sample) busy |= cpu_share_low(p, thread_cpu_ns() - c0, t2 - t0);
+    bool busy = stall_sign(p, t0, t1, t2);
+    if (sample) busy |= cpu_share_low(p, t0, thread_cpu_ns() - c0, t2 - t0);
     note_busy(p, busy);
 }
 
