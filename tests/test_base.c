@@ -70,6 +70,7 @@ typedef struct for_ctx {
     _Atomic int slept;           /* sleep_ith slept once in this run (1) */
     _Atomic int slept_ith;       /* the thread that slept (sleep_ith, or with SLEEP_ANY_WORKER the first worker) */
     uint64_t seed;               /* > 0: some calls sleep a few microseconds (shuffles the interleavings) */
+    _Atomic uint64_t caller_out; /* when the caller's last call of the run returned (kiln_now_ns) */
 } for_ctx;
 
 #define SLEEP_ANY_WORKER (-2) /* sleep_ith: the first worker (not the caller) to claim a chunk sleeps */
@@ -105,6 +106,7 @@ static void for_work(void *ctx, int lo, int hi, int ith) {
         for (volatile int k = 0; k < 50 + c->item_work; k++) {} /* some work, so that every thread gets to claim */
     }
     atomic_store(&c->busy[ith], 0);
+    if (ith == 0) atomic_store(&c->caller_out, kiln_now_ns());
 }
 
 /* Checks one finished run: every item computed exactly once, in well-formed ranges, on valid threads. */
@@ -229,13 +231,17 @@ TEST(base_pool_for_probes_the_workers_cores_before_it_returns_to_them) {
 }
 
 /* A short stall: worker 1 stops us microseconds inside its first chunk of a 256-item run (a quiet machine's lost
- * tick, under the pool's 20 ms). Returns whether it slept (then the caller waited for it). */
+ * tick, under the pool's 20 ms). Returns whether it slept and the caller then waited for it longer than its own part
+ * took plus 0.3 ms (the pool's stall, whose slack is 0.2 ms: a worker that took long to join can leave the caller's
+ * own part longer than the wait). */
 static bool short_stall_run(kiln_pool *p, for_ctx *c, int run, int us) {
     memset(c, 0, sizeof *c);
     c->n = 256, c->grain = 1, c->size = 2, c->sleep_ith = 1, c->sleep_us = us, c->wait_worker_ms = 20;
+    const uint64_t t0 = kiln_now_ns();
     kiln_pool_for(p, c->n, c->grain, for_work, c);
+    const uint64_t t2 = kiln_now_ns(), t1 = atomic_load(&c->caller_out);
     for_check(c, "short stall", run);
-    return c->slept;
+    return c->slept && t1 && t2 - t1 > t1 - t0 + 300000;
 }
 
 /* One run of FOR_MAX items with no sleeper; returns how many calls computed it (1: the caller alone). */
@@ -293,7 +299,7 @@ TEST(base_pool_for_runs_alone_after_three_short_stalls) {
                "computed alone (last: %d calls)", tries_with_three, calls);
 }
 
-/* Three short stalls that cost the caller little (2 ms each: 6 ms, under a quarter of the 50 ms or more the pool
+/* Three short stalls that cost the caller little (1.5 ms each: ~5 ms, under an eighth of the 50 ms or more the pool
  * weighs them against) are not a sign: a later run still uses both threads. (Going alone for 1000 runs on such
  * stalls, a 2-core VM's lost ticks, cost the MoE model's decode 15-30%.) Tries until the worker slept in three runs
  * of one pool, then up to 20 runs for one computed on both threads. */
@@ -305,7 +311,7 @@ TEST(base_pool_for_three_cheap_short_stalls_keep_the_threads) {
         kiln_pool *p;
         REQUIRE_OK(kiln_pool_open(2, &p));
         int stalls = 0;
-        for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, &c, run, 2000);
+        for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, &c, run, 1500);
         if (stalls == 3) {
             tries_with_three++;
             for (int run = 0; run < 20 && !shared && !test_failures(); run++) shared = plain_run_calls(p, &c, run) > 1;

@@ -60,7 +60,7 @@ static inline void cpu_relax(void) {
 #define STALL_LONG_NS 20000000
 #define STALL_SIGNS 3
 #define STALL_WINDOW 1024
-#define STALL_LOSS_DIV 4
+#define STALL_LOSS_DIV 8
 #define STALL_MIN_SPAN_NS 50000000
 #define SAMPLE_EVERY 8
 #define SAMPLES 32
@@ -332,7 +332,7 @@ static bool cpu_share_low(kiln_pool *p, uint64_t t0, uint64_t cpu_ns, uint64_t w
     if (++p->samples < SAMPLES) return false;
     bool low = (double)p->sample_cpu_ns < MIN_CPU_SHARE * (double)p->sample_wall_ns;
     const uint64_t delay = low ? thread_run_delay_ns() : UINT64_MAX;
-    if (delay != UINT64_MAX && p->sample_delay0 != UINT64_MAX) {
+    if (delay != UINT64_MAX && p->sample_delay0 <= delay) { /* (another thread's delay, or none, at the start) */
         /* the samples cover one run in SAMPLE_EVERY, the run delay the whole window: compare fractions */
         const double lost = 1.0 - (double)p->sample_cpu_ns / (double)p->sample_wall_ns,
                      waited = (double)(delay - p->sample_delay0) / (double)(t0 + wall_ns - p->sample_t0);
