@@ -277,23 +277,28 @@ TEST(base_pool_for_a_lone_short_stall_keeps_the_threads) {
 /* Three short stalls within the pool's window are a sign: the next run is computed alone, in one call. (On a busy
  * machine the caller itself can be descheduled while the worker sleeps, and then the pool rightly sees no stall:
  * such a try is retried, up to 50 fresh pools.) */
+/* A fresh 2-thread pool after three short stalls of us microseconds within its first 40 runs, or NULL (closed) when
+ * the worker did not stall three times. */
+static kiln_pool *pool_after_three_stalls(for_ctx *c, int us) {
+    kiln_pool *p;
+    if (kiln_pool_open(2, &p) != KILN_OK) return NULL;
+    int stalls = 0;
+    for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, c, run, us);
+    if (stalls == 3) return p;
+    kiln_pool_close(p);
+    return NULL;
+}
+
 TEST(base_pool_for_runs_alone_after_three_short_stalls) {
     static for_ctx c;
     int tries_with_three = 0, calls = 0;
     for (int tries = 0; tries < 50 && !test_failures(); tries++) {
-        kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(2, &p));
-        int stalls = 0;
-        for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, &c, run, 8000);
-        if (stalls == 3) {
-            tries_with_three++;
-            calls = plain_run_calls(p, &c, 0);
-            if (calls == 1 && c.by[c.n - 1] == 0) {
-                kiln_pool_close(p);
-                return;
-            }
-        }
+        kiln_pool *p = pool_after_three_stalls(&c, 8000);
+        if (!p) continue;
+        tries_with_three++;
+        calls = plain_run_calls(p, &c, 0);
         kiln_pool_close(p);
+        if (calls == 1 && c.by[c.n - 1] == 0) return;
     }
     test_failf(__FILE__, __LINE__, "in 50 tries the worker slept in three runs %d times, and the next run was never "
                "computed alone (last: %d calls)", tries_with_three, calls);
@@ -308,14 +313,10 @@ TEST(base_pool_for_three_cheap_short_stalls_keep_the_threads) {
     int tries_with_three = 0;
     bool shared = false;
     for (int tries = 0; tries < 50 && !shared && !test_failures(); tries++) {
-        kiln_pool *p;
-        REQUIRE_OK(kiln_pool_open(2, &p));
-        int stalls = 0;
-        for (int run = 0; run < 40 && stalls < 3 && !test_failures(); run++) stalls += short_stall_run(p, &c, run, 1500);
-        if (stalls == 3) {
-            tries_with_three++;
-            for (int run = 0; run < 20 && !shared && !test_failures(); run++) shared = plain_run_calls(p, &c, run) > 1;
-        }
+        kiln_pool *p = pool_after_three_stalls(&c, 1500);
+        if (!p) continue;
+        tries_with_three++;
+        for (int run = 0; run < 20 && !shared && !test_failures(); run++) shared = plain_run_calls(p, &c, run) > 1;
         kiln_pool_close(p);
     }
     CHECKF(shared, "in 50 tries the worker slept in three runs %d times, and no later run used both threads",
